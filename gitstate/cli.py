@@ -1,0 +1,279 @@
+"""The click command line: a thin adapter over ``StateRepo``.
+
+Exit status: 0 success, 1 a rule refused the call (stderr names the rule), 2 a usage error
+(including a directory that was never initialised), 3 the repository cannot be used.
+There is one ``except GitStateError``, in :func:`main`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from .errors import GitStateError, UsageError
+from .model import Scalar, display_value, parse_time
+from .repo import UNSET, StateRepo
+
+F = TypeVar("F", bound=Callable[..., Any])
+_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?")
+
+
+def parse_value(text: str, as_string: bool = False) -> Scalar:
+    """CLI values: ``true``/``false`` are booleans, plain decimals (no leading zeros) are
+    numbers, everything else is a string. ``--string`` keeps the text as it is."""
+    if as_string:
+        return text
+    if text in ("true", "false"):
+        return text == "true"
+    match = _NUMBER.fullmatch(text)
+    if match:
+        return float(text) if match.group(2) else int(text)
+    return text
+
+
+def _now(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        raise UsageError(f"--now {value!r} is not an ISO 8601 time (e.g. 2026-08-13T09:04+08:00)",
+                         rule="usage.now") from None
+
+
+def _emit(data: Any, as_json: bool, text: str) -> None:
+    if as_json:
+        click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+    else:
+        click.echo(text)
+
+
+def json_option(f: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")(f)
+
+
+class Ctx:
+    def __init__(self, agent_dir: Path, as_json: bool = False) -> None:
+        self.agent_dir = agent_dir
+        self.as_json = as_json
+
+    def repo(self) -> StateRepo:
+        return StateRepo(self.agent_dir, actor="human")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--agent-dir", type=click.Path(file_okay=False, path_type=Path),
+    envvar="GITSTATE_AGENT_DIR", default=".", show_default="$GITSTATE_AGENT_DIR or .",
+    help="The agent directory; its state/ subdirectory is the git repository.",
+)
+@click.version_option(package_name="gitstate")
+@click.pass_context
+def cli(ctx: click.Context, agent_dir: Path) -> None:
+    """gitstate: one authoritative, versioned table of an agent's current rules.
+
+    Each agent directory holds state/, a git repository whose every commit is one audited
+    change (the message is the reason). Start with `gitstate init`, then `gitstate set`,
+    and inject `gitstate render` into every wake-up. Try `gitstate demo`.
+    """
+    ctx.obj = Ctx(agent_dir)
+
+
+@cli.command()
+@json_option
+@click.pass_obj
+def init(obj: Ctx, as_json: bool) -> None:
+    """Create <agent dir>/state as a git repository on branch main (idempotent)."""
+    with StateRepo.init(obj.agent_dir, actor="human") as repo:
+        head = repo.head()
+        _emit({"ok": True, "state_dir": str(repo.state_dir), "head": head}, as_json,
+              f"initialised {repo.state_dir} (main at {head[:12]})")
+
+
+def _result_text(result: dict[str, Any]) -> str:
+    op, commit = result["op"], result["commit"][:12]
+    if op == "set":
+        new, old = result["new"], result["old"]
+        before = display_value(old["value"]) if old else "(absent)"
+        exp = f", expires {new['expires_at']}" if new["expires_at"] else ""
+        return (f"{commit} set {result['key']}: {before} -> {display_value(new['value'])}{exp} "
+                f"({result['live_keys']}/{result['max_keys']} live keys)")
+    if op == "clear":
+        return f"{commit} cleared {result['key']} (was {display_value(result['old']['value'])})"
+    cut = " (the note was cut to fit; see --json)" if result["truncated"] else ""
+    return f"{commit} handoff left{cut}"
+
+
+def _finish(result: dict[str, Any], as_json: bool) -> None:
+    for warning in result.get("warnings", []):
+        click.echo(f"gitstate: warning: {warning}", err=True)
+    if result.get("truncated"):
+        click.echo("gitstate: note: the plain handoff note was collapsed and cut to fit",
+                   err=True)
+    _emit(result, as_json, _result_text(result))
+
+
+@cli.command("set")
+@click.argument("key")
+@click.argument("value")
+@click.option("--reason", "-r", required=True, help="Why: becomes the commit message.")
+@click.option("--ttl-hours", type=float, help="Expire after H hours (day-scoped rules).")
+@click.option("--expect", help="Compare-and-swap: refuse unless HEAD holds this value.")
+@click.option("--expect-absent", is_flag=True, help="Refuse unless the key is absent.")
+@click.option("--string", "as_string", is_flag=True,
+              help="Store VALUE as text even if it looks like a number or boolean.")
+@json_option
+@click.pass_obj
+def set_(obj: Ctx, key: str, value: str, reason: str, ttl_hours: float | None,
+         expect: str | None, expect_absent: bool, as_string: bool, as_json: bool) -> None:
+    """Set KEY to VALUE, with a reason (one commit).
+
+    \b
+    gitstate set stop_loss.2317 262 --reason "break = exit" --ttl-hours 4.5
+    gitstate set stop_loss.2317 257 --reason "review" --expect 262
+    """
+    if expect is not None and expect_absent:
+        raise UsageError("--expect and --expect-absent exclude each other", rule="usage.expect")
+    expected: Any = None if expect_absent else (parse_value(expect) if expect is not None
+                                                 else UNSET)
+    with obj.repo() as repo:
+        result = repo.set(key, parse_value(value, as_string), reason, ttl_hours=ttl_hours,
+                          expected=expected)
+        _finish(result.to_dict(), as_json)
+
+
+@cli.command()
+@click.argument("key")
+@click.option("--reason", "-r", required=True, help="Why: becomes the commit message.")
+@click.option("--expect", help="Compare-and-swap: refuse unless HEAD holds this value.")
+@json_option
+@click.pass_obj
+def clear(obj: Ctx, key: str, reason: str, expect: str | None, as_json: bool) -> None:
+    """Retire KEY (its history stays in the log)."""
+    with obj.repo() as repo:
+        result = repo.clear(key, reason,
+                            expected=parse_value(expect) if expect is not None else UNSET)
+        _finish(result.to_dict(), as_json)
+
+
+@cli.command()
+@click.argument("note", required=False)
+@click.option("--status", type=click.Choice(["continue", "complete", "blocked"]))
+@click.option("--next-steps", help="Required with --status continue.")
+@click.option("--evidence", help="Required with --status complete.")
+@click.option("--blocker", help="Required with --status blocked.")
+@click.option("--reason", "-r", help="Commit message (default: derived from the note).")
+@json_option
+@click.pass_obj
+def handoff(obj: Ctx, note: str | None, status: str | None, next_steps: str | None,
+            evidence: str | None, blocker: str | None, reason: str | None,
+            as_json: bool) -> None:
+    """Overwrite the handoff note for the next wake-up.
+
+    A plain NOTE is whitespace-collapsed and cut near 1,200 characters. With --status it is
+    structured: continue needs --next-steps, complete needs --evidence, blocked needs
+    --blocker; an oversized structured handoff is refused whole.
+    """
+    with obj.repo() as repo:
+        result = repo.handoff(note, status=status, next_steps=next_steps, evidence=evidence,
+                              blocker=blocker, reason=reason)
+        _finish(result.to_dict(), as_json)
+
+
+def _get_text(data: dict[str, Any]) -> str:
+    lines = [f"HEAD {data['head'][:12]}  {data['live_keys']}/{data['max_keys']} live keys, "
+             f"section {data['section_bytes']}/{data['section_max_bytes']} bytes"]
+    for key, e in data["keys"].items():
+        flag = " [expired]" if e["expired"] else ""
+        exp = f"  expires {e['expires_at']}" if e["expires_at"] else ""
+        lines.append(f"  {key} = {display_value(e['value'])}{flag}  (set {e['set_at']} by "
+                     f"{e['actor']}: {e['reason']}){exp}")
+    if not data["keys"]:
+        lines.append("  (no keys)")
+    ho = data["handoff"]
+    if ho:
+        status = f" [{ho['status']}]" if ho["status"] else ""
+        lines.append(f"handoff{status} ({ho['left_at']}): {ho['note']}")
+        for name in ("next_steps", "evidence", "blocker"):
+            if ho.get(name):
+                lines.append(f"  {name}: {ho[name]}")
+    if data["history"]:
+        lines.append("recent changes:")
+        for h in data["history"]:
+            what = f"{h['op']} {h['key']}" if h["key"] else h["op"]
+            lines.append(f"  {h['commit'][:12]} {h['time']} {what}: {h['reason'].splitlines()[0]}")
+    return "\n".join(lines)
+
+
+@cli.command()
+@click.option("--now", help="Evaluate expiry at this ISO 8601 time.")
+@click.option("--history", "history_n", type=click.IntRange(0, 1000), default=20,
+              show_default=True, help="How many recent changes to include.")
+@json_option
+@click.pass_obj
+def get(obj: Ctx, now: str | None, history_n: int, as_json: bool) -> None:
+    """Show everything: keys (expired ones marked), the handoff, recent history."""
+    with obj.repo() as repo:
+        data = repo.get(now=_now(now), history=history_n)
+    for warning in data["warnings"]:
+        click.echo(f"gitstate: warning: {warning}", err=True)
+    _emit(data, as_json, _get_text(data))
+
+
+@cli.command()
+@click.option("--locale", type=click.Choice(["zh-TW", "en", "ja"]),
+              help="Section language (default: [gitstate] locale, zh-TW).")
+@click.option("--now", help="Render as a wake-up at this ISO 8601 time would see it.")
+@click.pass_obj
+def render(obj: Ctx, locale: str | None, now: str | None) -> None:
+    """Print the section injected into a wake-up, and nothing else.
+
+    Empty state (or [memory] working_state_enabled = false) prints nothing at all.
+    """
+    from .fastpath import section
+
+    text, warnings = section(obj.agent_dir, locale=locale, now=_now(now))
+    for warning in warnings:
+        click.echo(f"gitstate: warning: {warning}", err=True)
+    sys.stdout.write(text)
+
+
+@cli.command()
+@click.option("--keep", is_flag=True, help="Keep the temporary agent directory.")
+@click.option("--agent-dir", "demo_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Run in this (new) directory instead of a temporary one.")
+def demo(keep: bool, demo_dir: Path | None) -> None:
+    """Replay the three-stop-loss day in a temporary agent directory."""
+    from .demo import run_demo
+
+    run_demo(demo_dir, keep=keep)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; the one place where gitstate errors become exit codes."""
+    try:
+        cli.main(args=argv, prog_name="gitstate", standalone_mode=False)
+    except GitStateError as exc:
+        as_json = argv is not None and "--json" in argv
+        if as_json:
+            click.echo(json.dumps(exc.to_dict(), ensure_ascii=False, indent=2))
+        click.echo(f"gitstate: refused [{exc.rule}]: {exc.message}"
+                   if exc.exit_code == 1 else f"gitstate: error [{exc.rule}]: {exc.message}",
+                   err=True)
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    return 0

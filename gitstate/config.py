@@ -1,0 +1,141 @@
+"""config.toml: the agent directory's settings, read with the standard library only.
+
+The file is shared with the agent platform, so only two tables belong to gitstate:
+``[memory]`` (the seed's keys) and ``[gitstate]``. Other tables are left alone. Inside those
+two, an unknown setting or a wrongly typed one is an error, never ignored: a typo in
+``max_keys`` must not silently fall back to the default.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime, tzinfo
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+CONFIG_FILE = "config.toml"
+LOCALES = ("zh-TW", "en", "ja")
+MAX_CONFIG_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class Config:
+    """Resolved settings; defaults are the seed's."""
+
+    enabled: bool = True
+    handoff_max_bytes: int = 16384
+    max_keys: int = 32
+    section_max_bytes: int = 3072
+    handoff_plain_max_chars: int = 1200
+    locale: str = "zh-TW"
+    timezone: str | None = None  # None: the machine's local time zone
+    identity_name: str = "gitstate"
+    identity_email: str = "gitstate@localhost"
+    max_stored_keys: int = 256
+
+
+# (table, setting) -> (Config field, type, lower bound, upper bound)
+_SETTINGS: dict[tuple[str, str], tuple[str, type[Any], int | None, int | None]] = {
+    ("memory", "working_state_enabled"): ("enabled", bool, None, None),
+    ("memory", "working_state_handoff_max_bytes"): ("handoff_max_bytes", int, 64, 1 << 20),
+    ("gitstate", "max_keys"): ("max_keys", int, 1, 256),
+    ("gitstate", "section_max_bytes"): ("section_max_bytes", int, 256, 65536),
+    ("gitstate", "handoff_plain_max_chars"): ("handoff_plain_max_chars", int, 80, 16384),
+    ("gitstate", "locale"): ("locale", str, None, None),
+    ("gitstate", "timezone"): ("timezone", str, None, None),
+    ("gitstate", "identity_name"): ("identity_name", str, None, None),
+    ("gitstate", "identity_email"): ("identity_email", str, None, None),
+    ("gitstate", "max_stored_keys"): ("max_stored_keys", int, 1, 4096),
+}
+assert {f for f, *_ in _SETTINGS.values()} == {f.name for f in fields(Config)}
+
+
+def load_config(agent_dir: Path) -> Config:
+    """Read ``<agent_dir>/config.toml``; a missing file means all defaults."""
+    path = agent_dir / CONFIG_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return Config()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}", rule="config.unreadable") from exc
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"{path} is {len(data)} bytes; config files over {MAX_CONFIG_BYTES} are refused",
+            rule="config.too_large",
+        )
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}", rule="config.syntax") from exc
+    return config_from_dict(raw, source=str(path))
+
+
+def config_from_dict(raw: dict[str, Any], *, source: str = "config") -> Config:
+    """Validate the ``[memory]`` and ``[gitstate]`` tables of a parsed config."""
+    values: dict[str, Any] = {}
+    for table in ("memory", "gitstate"):
+        section = raw.get(table, {})
+        if not isinstance(section, dict):
+            raise ConfigError(f"{source}: [{table}] must be a table", rule="config.type")
+        for name, value in section.items():
+            spec = _SETTINGS.get((table, name))
+            if spec is None:
+                known = sorted(n for t, n in _SETTINGS if t == table)
+                raise ConfigError(
+                    f"{source}: unknown setting [{table}] {name}; known: {', '.join(known)}",
+                    rule="config.unknown",
+                )
+            attr, kind, low, high = spec
+            # bool is an int in Python; TOML keeps them apart, and so do we.
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise ConfigError(
+                    f"{source}: [{table}] {name} must be a {kind.__name__}, "
+                    f"got {type(value).__name__}",
+                    rule="config.type",
+                )
+            if isinstance(value, int) and (
+                (low is not None and value < low) or (high is not None and value > high)
+            ):
+                raise ConfigError(
+                    f"{source}: [{table}] {name} = {value} is outside {low}..{high}",
+                    rule="config.range",
+                )
+            values[attr] = value
+    config = Config(**values)
+    if config.locale not in LOCALES:
+        raise ConfigError(
+            f"{source}: [gitstate] locale must be one of {', '.join(LOCALES)}",
+            rule="config.locale",
+        )
+    if config.timezone is not None:
+        check_timezone(config.timezone)
+    for name in ("identity_name", "identity_email"):
+        text = getattr(config, name)
+        if not text or any(c in text for c in "<>\n\r\0"):
+            raise ConfigError(f"{source}: [gitstate] {name} is not usable in a git identity",
+                              rule="config.identity")
+    return config
+
+
+def check_timezone(name: str) -> None:
+    """Refuse a time zone name that the zoneinfo database does not know."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ConfigError(f"unknown time zone {name!r}", rule="config.timezone") from exc
+
+
+def resolve_tz(name: str | None) -> tzinfo:
+    """The configured time zone, or the machine's local one when none is set."""
+    if name is None:
+        local = datetime.now().astimezone().tzinfo
+        return local if local is not None else UTC
+    from zoneinfo import ZoneInfo
+
+    return ZoneInfo(name)

@@ -1,0 +1,119 @@
+"""The one error tree of gitstate.
+
+Every failure a caller can see is a :class:`GitStateError`. Adapters (CLI, MCP server, hooks)
+catch that one class; its ``exit_code`` is the CLI exit status and its ``rule`` names the rule
+that refused the call, so a person or a model can act on it::
+
+    GitStateError                       exit  rule
+    ├── UsageError                         2  usage.*         bad arguments, bad --now, ...
+    │   └── NotInitialized                 2  repo.not_initialized
+    ├── Refused                            1  <rule>          refused; nothing written
+    │   ├── InvalidInput                   1  key.* value.* reason.* ttl.* handoff.* ...
+    │   ├── CasMismatch                    1  cas.mismatch    carries the current entry
+    │   ├── KeyCapReached                  1  keys.cap        carries the live keys
+    │   ├── SectionTooLarge                1  section.max_bytes
+    │   └── HandoffTooLarge                1  handoff.max_bytes
+    ├── ConfigError                        1  config.*        config.toml is invalid
+    └── StoreError                         3  store.*         the repository cannot be used
+        ├── HistoryRewritten               3  store.rewritten
+        └── LockTimeout                    3  store.lock_timeout
+
+``details`` is a JSON-ready dict with what the caller needs to retry (for a compare-and-swap
+mismatch, the current value with its reason and set time).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GitStateError(Exception):
+    """Root of every error gitstate raises on purpose."""
+
+    exit_code = 1
+    rule = "error"
+
+    def __init__(self, message: str, *, rule: str | None = None, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        if rule is not None:
+            self.rule = rule
+        self.details: dict[str, Any] = details
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form used by ``--json`` output and MCP structured errors."""
+        return {"error": self.rule, "message": self.message, **self.details}
+
+
+class UsageError(GitStateError):
+    """The call itself is malformed (exit 2)."""
+
+    exit_code = 2
+    rule = "usage"
+
+
+class NotInitialized(UsageError):
+    """The agent directory holds no gitstate repository."""
+
+    rule = "repo.not_initialized"
+
+
+class Refused(GitStateError):
+    """A rule refused the call; nothing was written (exit 1)."""
+
+    exit_code = 1
+    rule = "refused"
+
+
+class InvalidInput(Refused):
+    """A key, value, reason, ttl or handoff field broke a documented limit."""
+
+
+class CasMismatch(Refused):
+    """``expected_value`` did not match the value in HEAD."""
+
+    rule = "cas.mismatch"
+
+
+class KeyCapReached(Refused):
+    """A new live key would exceed ``max_keys``."""
+
+    rule = "keys.cap"
+
+
+class SectionTooLarge(Refused):
+    """The rendered key lines would exceed ``section_max_bytes``."""
+
+    rule = "section.max_bytes"
+
+
+class HandoffTooLarge(Refused):
+    """A structured handoff exceeds ``working_state_handoff_max_bytes``."""
+
+    rule = "handoff.max_bytes"
+
+
+class ConfigError(GitStateError):
+    """config.toml is unreadable, has an unknown setting or a wrongly typed one."""
+
+    exit_code = 1
+    rule = "config"
+
+
+class StoreError(GitStateError):
+    """The git repository cannot be read or written (exit 3)."""
+
+    exit_code = 3
+    rule = "store"
+
+
+class HistoryRewritten(StoreError):
+    """HEAD no longer descends from a commit gitstate already recorded."""
+
+    rule = "store.rewritten"
+
+
+class LockTimeout(StoreError):
+    """Another writer held the write lock for too long."""
+
+    rule = "store.lock_timeout"

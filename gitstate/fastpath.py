@@ -1,0 +1,103 @@
+"""The wake-up path: the rendered section, without importing dulwich, click or pydantic.
+
+Every wake-up runs this (``gitstate render`` and the runtime hooks), so it reads plain files:
+the stamp ``.git/gitstate-stamp`` (``<commit> <blob id>``, written after each checkout), the
+branch ref, and working_state.json, whose git blob id it computes with hashlib. When the ref
+equals the stamped commit and the file hashes to the stamped blob, the file *is* HEAD's
+state and is rendered directly. Otherwise (a write in flight, a killed write's leftovers, a
+hand edit, a packed or missing stamp) it falls back to reading HEAD through the store, so a
+hand edit or a half-finished write is never injected (invariants 5 and 9).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from .config import load_config, resolve_tz
+from .errors import NotInitialized
+from .model import STATE_FILE, State
+from .render import render
+
+STAMP = "gitstate-stamp"
+BRANCH = "refs/heads/main"
+
+
+def _read_ref(git_dir: Path) -> str | None:
+    try:
+        return (git_dir / BRANCH).read_text("ascii").strip()
+    except FileNotFoundError:
+        pass
+    try:
+        packed = (git_dir / "packed-refs").read_text("ascii")
+    except FileNotFoundError:
+        return None
+    for line in packed.splitlines():
+        sha, _, name = line.partition(" ")
+        if name == BRANCH:
+            return sha
+    return None
+
+
+def head_state_fast(state_dir: Path) -> State | None:
+    """HEAD's state read from the working tree when the stamp proves they are equal."""
+    git_dir = state_dir / ".git"
+    try:
+        commit, _, blob = (git_dir / STAMP).read_text("ascii").strip().partition(" ")
+        data = (state_dir / STATE_FILE).read_bytes()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
+    if not commit or _read_ref(git_dir) != commit:
+        return None
+    digest = hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
+    if digest != blob:
+        return None
+    try:
+        return State.from_bytes(data)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def section(
+    agent_dir: Path, *, locale: str | None = None, now: datetime | None = None
+) -> tuple[str, list[str]]:
+    """The section for a wake-up, and warnings for stderr (hand edits)."""
+    config = load_config(agent_dir)
+    state_dir = agent_dir / "state"
+    if not (state_dir / ".git").is_dir():
+        raise NotInitialized(f"{agent_dir} has no gitstate repository; run `gitstate init`")
+    if not config.enabled:
+        return "", []
+    warnings: list[str] = []
+    state = head_state_fast(state_dir)
+    if state is None:
+        from .repo import StateRepo  # the slow, exact path: read HEAD through dulwich
+
+        with StateRepo(agent_dir, config=config) as repo:
+            state = repo.state()
+            warnings = repo.worktree_warnings()
+    moment = now or datetime.now(UTC)
+    return render(state, moment, locale or config.locale, resolve_tz(config.timezone)), warnings
+
+
+def claude_code_output(text: str, event: str) -> str:
+    """Claude Code's documented hook output: the section as additionalContext."""
+    if not text:
+        return ""
+    payload = {"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}
+    return json.dumps(payload, ensure_ascii=False) + "\n"
+
+
+def hook_event_from_stdin(default: str) -> str:
+    """Claude Code passes the hook input as JSON on stdin; read its event name."""
+    if sys.stdin is None or sys.stdin.isatty():
+        return default
+    try:
+        data = json.loads(sys.stdin.read() or "{}")
+    except ValueError:
+        return default
+    event = data.get("hook_event_name") if isinstance(data, dict) else None
+    return event if isinstance(event, str) and event.isalnum() else default

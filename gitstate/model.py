@@ -1,0 +1,201 @@
+"""The state model: entries, the handoff, and their one JSON form on disk.
+
+Pure and dependency-free (no pydantic, no dulwich): the render hook imports it on every
+wake-up. ``State.to_bytes`` is the only serializer of working_state.json, so the same state
+always produces the same bytes, and therefore the same git blob id.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+Scalar = str | int | float | bool
+FORMAT_VERSION = 1
+STATE_FILE = "working_state.json"
+HISTORY_FILE = "working_state_history.jsonl"
+
+HANDOFF_STATUSES = ("continue", "complete", "blocked")
+
+
+def format_time(moment: datetime) -> str:
+    """UTC ISO 8601 with seconds and a ``Z``: the one time format stored anywhere."""
+    return moment.astimezone(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str) -> datetime:
+    """Parse a stored or user-given ISO 8601 time; naive input is taken as UTC."""
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+def canonical_text(value: Scalar) -> str:
+    """The comparison form of a value (see docs/design.md, "How values compare").
+
+    Booleans are ``true``/``false``; numbers, and strings that read as a finite decimal
+    number, become their normalized decimal (262, 262.0 and "262" are all ``262``);
+    any other string is itself.
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return _decimal_text(Decimal(repr(value)) if isinstance(value, float) else Decimal(value))
+    text = value.strip()
+    if text and (text[0].isdigit() or text[0] in "+-."):
+        try:
+            number = Decimal(text)
+        except InvalidOperation:
+            return value
+        if number.is_finite():
+            return _decimal_text(number)
+    return value
+
+
+def _decimal_text(number: Decimal) -> str:
+    normal = number.normalize()
+    if normal == normal.to_integral_value():
+        return str(normal.quantize(Decimal(1)))
+    return format(normal, "f")
+
+
+def values_match(expected: Scalar, current: Scalar) -> bool:
+    """Whether a caller's ``expected_value`` matches the stored value."""
+    return canonical_text(expected) == canonical_text(current)
+
+
+def display_value(value: Scalar) -> str:
+    """How a value is shown in the rendered section and in text output."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One key's current value and where it came from."""
+
+    value: Scalar
+    set_at: str
+    reason: str
+    actor: str
+    expires_at: str | None = None
+
+    def is_expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and parse_time(self.expires_at) <= now
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "actor": self.actor,
+            "expires_at": self.expires_at,
+            "reason": self.reason,
+            "set_at": self.set_at,
+            "value": self.value,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Entry:
+        value = data["value"]
+        if not isinstance(value, str | int | float) or (
+            isinstance(value, float) and not math.isfinite(value)
+        ):
+            raise ValueError("entry value must be a JSON scalar")
+        return cls(
+            value=value,
+            set_at=str(data["set_at"]),
+            reason=str(data["reason"]),
+            actor=str(data.get("actor", "")),
+            expires_at=data.get("expires_at"),
+        )
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """The one handoff note, plain or structured."""
+
+    note: str
+    left_at: str
+    actor: str
+    status: str | None = None
+    next_steps: str | None = None
+    evidence: str | None = None
+    blocker: str | None = None
+
+    def fields(self) -> dict[str, str | None]:
+        """The caller-given part (what a handoff commit's trailer carries)."""
+        return {
+            "blocker": self.blocker,
+            "evidence": self.evidence,
+            "next_steps": self.next_steps,
+            "note": self.note,
+            "status": self.status,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.fields(), "actor": self.actor, "left_at": self.left_at}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Handoff:
+        return cls(
+            note=str(data.get("note") or ""),
+            left_at=str(data["left_at"]),
+            actor=str(data.get("actor", "")),
+            status=data.get("status"),
+            next_steps=data.get("next_steps"),
+            evidence=data.get("evidence"),
+            blocker=data.get("blocker"),
+        )
+
+
+@dataclass(frozen=True)
+class State:
+    """Everything working_state.json holds: the key table and the handoff."""
+
+    keys: dict[str, Entry] = field(default_factory=dict)
+    handoff: Handoff | None = None
+
+    def live(self, now: datetime) -> dict[str, Entry]:
+        """Entries that have not expired at ``now``: the ones a wake-up sees."""
+        return {k: e for k, e in self.keys.items() if not e.is_expired(now)}
+
+    def with_key(self, key: str, entry: Entry | None) -> State:
+        keys = dict(self.keys)
+        if entry is None:
+            keys.pop(key, None)
+        else:
+            keys[key] = entry
+        return replace(self, keys=keys)
+
+    def with_handoff(self, handoff: Handoff | None) -> State:
+        return replace(self, handoff=handoff)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT_VERSION,
+            "handoff": self.handoff.to_dict() if self.handoff else None,
+            "keys": {k: self.keys[k].to_dict() for k in sorted(self.keys)},
+        }
+
+    def to_bytes(self) -> bytes:
+        """Pretty, sorted, UTF-8 (CJK unescaped): a change diffs as a few readable lines."""
+        text = json.dumps(self.to_dict(), ensure_ascii=False, indent=2, sort_keys=True)
+        return (text + "\n").encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> State:
+        raw = json.loads(data.decode("utf-8"))
+        if not isinstance(raw, dict) or not isinstance(raw.get("keys"), dict):
+            raise ValueError("working_state.json is not a gitstate state object")
+        keys = {str(k): Entry.from_dict(v) for k, v in raw["keys"].items()}
+        handoff = Handoff.from_dict(raw["handoff"]) if raw.get("handoff") else None
+        return cls(keys=keys, handoff=handoff)
+
+
+EMPTY = State()

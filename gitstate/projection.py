@@ -1,0 +1,193 @@
+"""The supersession chain: git history projected into working_state_history.jsonl.
+
+One JSON line per commit, oldest first, built from commit messages and trailers only. The
+file is never committed (it is listed in .git/info/exclude); it is a cache of the log that
+is appended after each write, caught up on open when it is behind, and rebuildable from git
+alone. Reading the newest N lines seeks from the end, so ``get`` does not slow down as
+history grows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from .errors import HistoryRewritten
+from .model import HISTORY_FILE, format_time
+from .trailers import NotAGitstateCommit, parse_message
+
+
+class _Commit(Protocol):
+    id: str
+    parents: tuple[str, ...]
+    time: int
+    message: bytes
+
+
+class _Walker(Protocol):
+    def walk(self, head: str, stop: str | None = None) -> Iterator[Any]: ...
+
+
+def record(info: _Commit) -> dict[str, Any]:
+    """The projection line of one commit."""
+    base: dict[str, Any] = {
+        "commit": info.id,
+        "parent": info.parents[0] if info.parents else None,
+        "time": format_time(datetime.fromtimestamp(info.time, UTC)),
+    }
+    try:
+        change = parse_message(info.message)
+    except NotAGitstateCommit:
+        text = info.message.decode("utf-8", "replace").strip()
+        return {**base, "actor": None, "op": "foreign", "key": None, "old": None,
+                "new": None, "reason": text, "expires_at": None, "reverts": None,
+                "request": None}
+    out = {
+        **base,
+        "actor": change.actor,
+        "op": change.op,
+        "key": change.key,
+        "old": change.old,
+        "new": change.new,
+        "reason": change.reason,
+        "expires_at": change.expires_at,
+        "reverts": change.reverts,
+        "request": change.request,
+    }
+    if change.handoff is not None:
+        out["handoff"] = change.handoff
+    return out
+
+
+def _line(rec: dict[str, Any]) -> bytes:
+    return (json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
+
+
+class Projection:
+    """working_state_history.jsonl of one state repository."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / HISTORY_FILE
+
+    def tail(self, n: int) -> list[dict[str, Any]]:
+        """The newest ``n`` complete records, newest first."""
+        if n <= 0:
+            return []
+        try:
+            f = self.path.open("rb")
+        except FileNotFoundError:
+            return []
+        with f:
+            end = f.seek(0, os.SEEK_END)
+            pos, chunk, data = end, 8192, b""
+            while pos > 0 and data.count(b"\n") <= n:
+                step = min(chunk, pos)
+                pos -= step
+                f.seek(pos)
+                data = f.read(step) + data
+                chunk *= 2
+        lines = data.split(b"\n")
+        # the last element is b"" after a final newline, or a torn line: drop it either way
+        complete = lines[:-1] if pos == 0 else lines[1:-1]
+        out = []
+        for raw in reversed(complete[-n:]):
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(raw))
+        return out
+
+    def last_commit(self) -> str | None:
+        newest = self.tail(1)
+        return str(newest[0]["commit"]) if newest else None
+
+    def all(self) -> list[dict[str, Any]]:
+        """Every complete record, oldest first."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return []
+        out = []
+        for raw in data.split(b"\n")[:-1]:
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(raw))
+        return out
+
+    def missing(self, walker: _Walker, head: str) -> list[dict[str, Any]]:
+        """Records for commits after the projection's last one, oldest first.
+
+        Raises HistoryRewritten when the last recorded commit is not in HEAD's history.
+        """
+        last = self.last_commit()
+        if last == head:
+            return []
+        pending = []
+        reached = last is None
+        for info in walker.walk(head):
+            if info.id == last:
+                reached = True
+                break
+            pending.append(record(info))
+        if not reached:
+            raise HistoryRewritten(
+                f"HEAD {head[:12]} does not descend from {last[:12] if last else '?'}, the "
+                "last commit the history projection recorded: the branch was rewritten "
+                "outside gitstate. Inspect with `git reflog`; `gitstate verify` names it.",
+                head=head, recorded=last,
+            )
+        pending.reverse()
+        return pending
+
+    def append(self, records: Iterable[dict[str, Any]]) -> None:
+        """Append records with one write and an fsync; a torn tail is cut first."""
+        data = b"".join(_line(r) for r in records)
+        if not data:
+            return
+        self._cut_torn_tail()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def catch_up(self, walker: _Walker, head: str) -> int:
+        """Append what the log has and the projection lacks; returns how many."""
+        records = self.missing(walker, head)
+        self.append(records)
+        return len(records)
+
+    def rebuild(self, walker: _Walker, head: str) -> int:
+        """Rewrite the projection from git alone."""
+        from .store import atomic_write
+
+        records = [record(info) for info in walker.walk(head)]
+        records.reverse()
+        atomic_write(self.path, b"".join(_line(r) for r in records))
+        return len(records)
+
+    def _cut_torn_tail(self) -> None:
+        try:
+            with self.path.open("rb+") as f:
+                size = f.seek(0, os.SEEK_END)
+                if size == 0:
+                    return
+                f.seek(size - 1)
+                if f.read(1) == b"\n":
+                    return
+                pos = size
+                while pos > 0:
+                    step = min(4096, pos)
+                    pos -= step
+                    f.seek(pos)
+                    block = f.read(step)
+                    idx = block.rfind(b"\n")
+                    if idx >= 0:
+                        f.truncate(pos + idx + 1)
+                        return
+                f.truncate(0)
+        except FileNotFoundError:
+            return

@@ -1,0 +1,132 @@
+"""The renderer: state in, the prompt section out. Pure.
+
+``render(state, now, locale, tz)`` depends on nothing but its arguments (invariant 6), so
+``--at`` can reproduce exactly what a past wake-up saw. Every untrusted text is flattened to
+one line by :func:`inline` before it is placed, so no value, reason or note can start a new
+line, a heading, or a forged key line.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterable
+from datetime import datetime, tzinfo
+
+from .model import Entry, Handoff, State, display_value, parse_time
+
+HEADER = {
+    "zh-TW": (
+        "## 工作狀態（唯一權威 · 由你自己以 working_state_set 維護）",
+        "以下鍵值是你跨喚醒持續有效的工作狀態與承諾，為唯一權威的「現行值」；",
+        "筆記、日誌、策略文件裡與此矛盾的數字一律是歷史值（已作廢），不得採用。"
+        "要變更任何一項，請呼叫 working_state_set 並附理由。",
+    ),
+    "en": (
+        "## Working state (sole authority · maintained by you with working_state_set)",
+        "The entries below are your working state and commitments across wake-ups: "
+        "the only authoritative current values;",
+        "any conflicting number in notes, journals or strategy documents is a superseded "
+        "historical value and must not be used. To change an entry, call working_state_set "
+        "with a reason.",
+    ),
+    "ja": (
+        "## 作業状態（唯一の権威 · working_state_set で自分で管理）",
+        "以下のキーと値は、起動をまたいで有効なあなたの作業状態と約束であり、唯一の権威ある「現行値」です。",
+        "メモ・日誌・戦略文書にあるこれと矛盾する数値はすべて過去の値（失効）であり、採用してはなりません。"
+        "変更するときは理由を添えて working_state_set を呼び出してください。",
+    ),
+}
+
+# locale -> (set, reason, expiry, open, sep, close)
+_KEY_WORDS = {
+    "zh-TW": ("{t} 設", "理由：", "有效至 ", "（", "；", "）"),
+    "en": ("set {t}", "reason: ", "expires ", " (", "; ", ")"),
+    "ja": ("{t} 設定", "理由：", "有効期限 ", "（", "；", "）"),
+}
+# locale -> (line head, status, next steps, evidence, blocker)
+_HANDOFF_WORDS = {
+    "zh-TW": ("交接註記（{t} 留）：", "狀態=", "下一步：", "證據：", "阻礙："),
+    "en": ("Handoff note (left {t}): ", "status=", "next steps: ", "evidence: ", "blocker: "),
+    "ja": ("引き継ぎメモ（{t} 記入）：", "状態=", "次の手順：", "根拠：", "障害："),
+}
+
+# Characters that are invisible or reorder text: a value must not hide or disguise content.
+_INVISIBLE = set("\u200b\u200c\u200d\u2060\ufeff\u061c\u200e\u200f") | {
+    chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))
+}
+
+
+def inline(text: str) -> str:
+    """Flatten untrusted text to one line: line breaks of every kind and controls become
+    spaces, invisible and bidi-override characters are dropped, runs of space collapse."""
+    out: list[str] = []
+    for ch in text:
+        if ch in _INVISIBLE:
+            continue
+        cat = unicodedata.category(ch)
+        if cat in ("Cc", "Zl", "Zp", "Cs") or ch.isspace():
+            out.append(" ")
+        else:
+            out.append(ch)
+    return " ".join("".join(out).split())
+
+
+def _clock(moment: str, tz: tzinfo) -> str:
+    return parse_time(moment).astimezone(tz).strftime("%m-%d %H:%M")
+
+
+def key_line(key: str, entry: Entry, locale: str, tz: tzinfo) -> str:
+    """One ``- key = value（set time；reason；expiry）`` line."""
+    set_w, reason_w, exp_w, open_, sep, close = _KEY_WORDS[locale]
+    parts = [set_w.format(t=_clock(entry.set_at, tz)), reason_w + inline(entry.reason)]
+    if entry.expires_at:
+        parts.append(exp_w + _clock(entry.expires_at, tz))
+    value = inline(display_value(entry.value))
+    return f"- {key} = {value}{open_}{sep.join(parts)}{close}"
+
+
+def handoff_line(handoff: Handoff, locale: str, tz: tzinfo) -> str:
+    """The handoff line, with its structured fields when a status is present."""
+    head, status_w, next_w, evid_w, block_w = _HANDOFF_WORDS[locale]
+    _, _, _, open_, sep, close = _KEY_WORDS[locale]
+    line = head.format(t=_clock(handoff.left_at, tz)) + inline(handoff.note)
+    if handoff.status:
+        extra = [status_w + handoff.status]
+        for word, text in ((next_w, handoff.next_steps), (evid_w, handoff.evidence),
+                           (block_w, handoff.blocker)):
+            if text:
+                extra.append(word + inline(text))
+        line += open_ + sep.join(extra) + close
+    return line
+
+
+def ordered_live(state: State, now: datetime) -> list[tuple[str, Entry]]:
+    """Live entries, newest first (ties by key): the order of the section."""
+    live = state.live(now)
+    return sorted(live.items(), key=lambda kv: (_neg(kv[1].set_at), kv[0]))
+
+
+def _neg(stamp: str) -> float:
+    return -parse_time(stamp).timestamp()
+
+
+def key_lines_bytes(lines: Iterable[str]) -> int:
+    """UTF-8 size of key lines as they appear in the section (each with its newline)."""
+    return sum(len(line.encode("utf-8")) + 1 for line in lines)
+
+
+def render(
+    state: State,
+    now: datetime,
+    locale: str,
+    tz: tzinfo,
+    extra_lines: Iterable[str] = (),
+) -> str:
+    """The section a wake-up receives; the empty string when there is nothing live."""
+    lines = [key_line(k, e, locale, tz) for k, e in ordered_live(state, now)]
+    lines.extend(extra_lines)
+    if state.handoff is not None:
+        lines.append(handoff_line(state.handoff, locale, tz))
+    if not lines:
+        return ""
+    return "\n".join((*HEADER[locale], *lines)) + "\n"

@@ -1,0 +1,443 @@
+"""The core: ``StateRepo``, the operations set / clear / handoff / get / render.
+
+Adapters (CLI, MCP server, hooks, the Python API users) call this module and nothing below
+it. Every write follows one path (:meth:`StateRepo._write`): take the kernel lock, repair
+what a killed writer left, read the state at HEAD, apply the operation, check every limit,
+commit with compare-and-swap, then refresh the working tree and the projection.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from . import rules
+from .config import LOCALES, Config, load_config, resolve_tz
+from .errors import (
+    CasMismatch,
+    InvalidInput,
+    KeyCapReached,
+    NotInitialized,
+    SectionTooLarge,
+    StoreError,
+    UsageError,
+)
+from .model import EMPTY, STATE_FILE, Entry, Handoff, Scalar, State, format_time
+from .projection import Projection
+from .render import key_line, key_lines_bytes, ordered_live, render
+from .store import GitStore
+from .trailers import Change
+
+STATE_DIR = "state"
+HISTORY_IN_GET = 20
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+"""Default of ``expected``: no compare-and-swap. ``expected=None`` means "must be absent"."""
+
+
+@dataclass
+class WriteResult:
+    """What a successful write returns."""
+
+    op: str
+    commit: str
+    key: str | None = None
+    old: Entry | None = None
+    new: Entry | None = None
+    handoff: Handoff | None = None
+    truncated: bool = False
+    live_keys: int = 0
+    max_keys: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "op": self.op,
+            "commit": self.commit,
+            "key": self.key,
+            "old": self.old.to_dict() if self.old else None,
+            "new": self.new.to_dict() if self.new else None,
+            "handoff": self.handoff.to_dict() if self.handoff else None,
+            "truncated": self.truncated,
+            "live_keys": self.live_keys,
+            "max_keys": self.max_keys,
+            "warnings": self.warnings,
+        }
+
+
+Mutation = Callable[[State, datetime], tuple[State, Change, WriteResult]]
+
+
+class StateRepo:
+    """One agent's working state: ``<agent_dir>/state`` plus ``<agent_dir>/config.toml``."""
+
+    def __init__(
+        self,
+        agent_dir: str | Path,
+        *,
+        actor: str = "runtime",
+        clock: Callable[[], datetime] | None = None,
+        config: Config | None = None,
+    ) -> None:
+        self.agent_dir = Path(agent_dir)
+        self.state_dir = self.agent_dir / STATE_DIR
+        if not (self.state_dir / ".git").is_dir():
+            raise NotInitialized(
+                f"{self.agent_dir} has no gitstate repository (no {self.state_dir}/.git); "
+                "run `gitstate init` first"
+            )
+        self.config = config if config is not None else load_config(self.agent_dir)
+        self.actor = rules.check_actor(actor)
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self.store = GitStore(self.state_dir)
+        self.projection = Projection(self.state_dir)
+        self._mutex = threading.Lock()  # the flock serializes processes; this, threads
+        self._cache: tuple[str, State] | None = None
+        if self.store.head() is None:
+            raise NotInitialized(f"{self.state_dir} has no commit on main; run `gitstate init`")
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    @classmethod
+    def init(cls, agent_dir: str | Path, **kwargs: Any) -> StateRepo:
+        """Create ``<agent_dir>/state`` with a first commit; idempotent on an existing one."""
+        agent_dir = Path(agent_dir)
+        state_dir = agent_dir / STATE_DIR
+        config = kwargs.get("config") or load_config(agent_dir)
+        if not (state_dir / ".git").is_dir():
+            store = GitStore.create(state_dir)
+            try:
+                with store.lock():
+                    clock = kwargs.get("clock") or (lambda: datetime.now(UTC))
+                    when = clock()
+                    change = Change(op="init", reason="Initialize gitstate working state",
+                                    actor=rules.check_actor(kwargs.get("actor", "runtime")))
+                    commit = store.commit(None, {STATE_FILE: EMPTY.to_bytes()},
+                                          change.message(), _identity(config),
+                                          int(when.timestamp()))
+                    if commit is not None:
+                        store.checkout(commit)
+                        Projection(state_dir).catch_up(store, commit)
+            finally:
+                store.close()
+        return cls(agent_dir, **kwargs)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> StateRepo:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading --------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        return self._clock().astimezone(UTC).replace(microsecond=0)
+
+    def head(self) -> str:
+        head = self.store.head()
+        if head is None:
+            raise NotInitialized(f"{self.state_dir} has no commit on main")
+        return head
+
+    def state_at(self, commit: str) -> State:
+        if self._cache and self._cache[0] == commit:
+            return self._cache[1]
+        data = self.store.read_file(commit, STATE_FILE)
+        try:
+            state = State.from_bytes(data) if data is not None else EMPTY
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreError(f"{STATE_FILE} at {commit[:12]} is not valid: {exc}",
+                             rule="store.bad_state") from exc
+        self._cache = (commit, state)
+        return state
+
+    def state(self) -> State:
+        """The state at HEAD (never the working tree)."""
+        return self.state_at(self.head())
+
+    def worktree_warnings(self) -> list[str]:
+        status = self.store.worktree_status(self.head())
+        return [
+            f"{self.state_dir / name} was edited by hand and differs from HEAD; it is not "
+            "injected. Commit it with `gitstate adopt --reason ...` or restore it with "
+            "`gitstate adopt --discard`."
+            for name in status.hand_edited
+        ]
+
+    def history(self, n: int = HISTORY_IN_GET) -> list[dict[str, Any]]:
+        """The newest ``n`` changes, newest first, from the projection (caught up in memory
+        when it is behind, without taking the write lock)."""
+        head = self.head()
+        pending = self.projection.missing(self.store, head)
+        newest = list(reversed(pending))[:n]
+        if len(newest) < n:
+            newest += self.projection.tail(n - len(newest))
+        return newest
+
+    def get(self, now: datetime | None = None, history: int = HISTORY_IN_GET) -> dict[str, Any]:
+        """Everything: keys (expired marked), handoff, recent history, HEAD, count, cap."""
+        with self._mutex:
+            head = self.head()
+            state = self.state_at(head)
+            moment = now or self.now()
+            live = state.live(moment)
+            return {
+                "head": head,
+                "now": format_time(moment),
+                "keys": {
+                    k: {**e.to_dict(), "expired": k not in live}
+                    for k, e in sorted(state.keys.items())
+                },
+                "handoff": state.handoff.to_dict() if state.handoff else None,
+                "history": self.history(history),
+                "live_keys": len(live),
+                "max_keys": self.config.max_keys,
+                "section_bytes": _section_bytes(state, moment),
+                "section_max_bytes": self.config.section_max_bytes,
+                "warnings": self.worktree_warnings(),
+            }
+
+    def render(self, now: datetime | None = None, locale: str | None = None) -> str:
+        """The section for a wake-up at ``now``; empty when injection is disabled."""
+        if not self.config.enabled:
+            return ""
+        locale = locale or self.config.locale
+        if locale not in LOCALES:
+            raise UsageError(f"locale must be one of {', '.join(LOCALES)}", rule="usage.locale")
+        return render(self.state(), now or self.now(), locale, resolve_tz(self.config.timezone))
+
+    # -- writing --------------------------------------------------------------------------
+
+    def set(
+        self,
+        key: str,
+        value: Scalar,
+        reason: str,
+        *,
+        ttl_hours: float | None = None,
+        expected: Any = UNSET,
+        actor: str | None = None,
+    ) -> WriteResult:
+        """Set one key. ``expected`` (a value, or None for "absent") is checked against HEAD."""
+        key = rules.check_key(key)
+        value = rules.check_value(value)
+        reason = rules.check_reason(reason)
+        ttl = rules.check_ttl(ttl_hours)
+        if expected is not UNSET and expected is not None:
+            expected = rules.check_value(expected)
+        who = rules.check_actor(actor or self.actor)
+
+        def mutate(state: State, now: datetime) -> tuple[State, Change, WriteResult]:
+            old = state.keys.get(key)
+            self._check_expected(key, old, expected, now)
+            self._check_new_key(state, key, now)
+            expires = format_time(now + timedelta(hours=ttl)) if ttl else None
+            entry = Entry(value=value, set_at=format_time(now), reason=reason, actor=who,
+                          expires_at=expires)
+            new_state = state.with_key(key, entry)
+            self._check_section(new_state, now)
+            change = Change(op="set", reason=reason, actor=who, key=key,
+                            old=old.value if old else None, new=value, expires_at=expires)
+            return new_state, change, WriteResult("set", "", key=key, old=old, new=entry)
+
+        return self._write(mutate)
+
+    def clear(self, key: str, reason: str, *, expected: Any = UNSET,
+              actor: str | None = None) -> WriteResult:
+        """Retire one key; its history stays in the log."""
+        key = rules.check_key(key)
+        reason = rules.check_reason(reason)
+        if expected is not UNSET and expected is not None:
+            expected = rules.check_value(expected)
+        who = rules.check_actor(actor or self.actor)
+
+        def mutate(state: State, now: datetime) -> tuple[State, Change, WriteResult]:
+            old = state.keys.get(key)
+            self._check_expected(key, old, expected, now)
+            if old is None:
+                raise InvalidInput(f"key {key!r} is not set; nothing to clear",
+                                   rule="clear.absent", key=key)
+            change = Change(op="clear", reason=reason, actor=who, key=key, old=old.value)
+            return state.with_key(key, None), change, WriteResult("clear", "", key=key, old=old)
+
+        return self._write(mutate)
+
+    def handoff(
+        self,
+        note: str | None = None,
+        *,
+        status: str | None = None,
+        next_steps: str | None = None,
+        evidence: str | None = None,
+        blocker: str | None = None,
+        reason: str | None = None,
+        actor: str | None = None,
+    ) -> WriteResult:
+        """Overwrite the handoff note (plain or structured, seed 000's rules)."""
+        checked = rules.check_handoff(
+            note, status, next_steps, evidence, blocker,
+            plain_max_chars=self.config.handoff_plain_max_chars,
+            max_bytes=self.config.handoff_max_bytes,
+        )
+        who = rules.check_actor(actor or self.actor)
+        if reason is None:
+            summary = " ".join(checked.note.split())[:72] or checked.status or ""
+            label = f"Handoff ({checked.status})" if checked.status else "Handoff"
+            reason = f"{label}: {summary}" if summary else label
+        reason = rules.check_reason(reason)
+
+        def mutate(state: State, now: datetime) -> tuple[State, Change, WriteResult]:
+            ho = Handoff(note=checked.note, left_at=format_time(now), actor=who,
+                         status=checked.status, next_steps=checked.next_steps,
+                         evidence=checked.evidence, blocker=checked.blocker)
+            change = Change(op="handoff", reason=reason, actor=who, handoff=ho.fields())
+            result = WriteResult("handoff", "", handoff=ho, truncated=checked.truncated)
+            return state.with_handoff(ho), change, result
+
+        return self._write(mutate)
+
+    # -- the write path -------------------------------------------------------------------
+
+    def _write(self, mutate: Mutation) -> WriteResult:
+        with self._mutex, self.store.lock():
+            warnings = self._recover_locked()
+            for _ in range(5):
+                base = self.head()
+                state = self.state_at(base)
+                now = self.now()
+                new_state, change, result = mutate(state, now)
+                commit = self.store.commit(
+                    base, {STATE_FILE: new_state.to_bytes()}, change.message(),
+                    _identity(self.config), int(now.timestamp()), self._tz_offset(now))
+                if commit is None:
+                    continue  # main moved under us (a writer outside gitstate): start over
+                # The ref moved: the write is committed. Anything failing from here on is
+                # repaired by the next operation, never retried as a second commit.
+                self._cache = (commit, new_state)
+                try:
+                    self.store.checkout(commit)
+                    self.projection.catch_up(self.store, commit)
+                except Exception as exc:
+                    warnings.append(f"committed {commit[:12]}, but refreshing the working tree "
+                                    f"or history failed ({exc}); the next operation repairs it")
+                result.commit = commit
+                live = new_state.live(now)
+                result.live_keys, result.max_keys = len(live), self.config.max_keys
+                result.warnings = warnings
+                return result
+        raise StoreError("main kept moving while writing; another tool is writing this "
+                         "repository", rule="store.contention")
+
+    def _recover_locked(self) -> list[str]:
+        """Under the lock: repair a killed writer's leftovers; keep hand edits aside."""
+        head = self.head()
+        status = self.store.worktree_status(head)
+        warnings: list[str] = []
+        if status.hand_edited:
+            saved = self._save_hand_edits(status.hand_edited)
+            warnings += [f"{name} had been edited by hand; the edit was kept at {path} and the "
+                         "file restored to HEAD" for name, path in saved]
+        if not status.clean:
+            self.store.checkout(head)
+            self.store.remove_temp_files()
+        self.projection.catch_up(self.store, head)
+        return warnings
+
+    def _save_hand_edits(self, names: tuple[str, ...]) -> list[tuple[str, Path]]:
+        keep = self.state_dir / ".git" / "gitstate-hand-edits"
+        keep.mkdir(exist_ok=True)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+        saved = []
+        for name in names:
+            src = self.state_dir / name
+            dst = keep / f"{stamp}-{name}"
+            src.replace(dst)
+            saved.append((name, dst))
+        return saved
+
+    def _tz_offset(self, now: datetime) -> int:
+        """Commits carry the configured zone's offset, so `git log` shows local times."""
+        offset = resolve_tz(self.config.timezone).utcoffset(now)
+        return int(offset.total_seconds()) if offset is not None else 0
+
+    # -- rules that need the state --------------------------------------------------------
+
+    @staticmethod
+    def _check_expected(key: str, old: Entry | None, expected: Any, now: datetime) -> None:
+        from .model import values_match
+
+        if expected is UNSET:
+            return
+        current = None if old is None or old.is_expired(now) else old
+        if expected is None:
+            ok = current is None
+        else:
+            ok = old is not None and values_match(expected, old.value)
+        if ok:
+            return
+        shown = "absent" if old is None else repr(old.value)
+        raise CasMismatch(
+            f"expected {key} to be {'absent' if expected is None else repr(expected)}, but "
+            f"HEAD holds {shown}"
+            + (f" (set {old.set_at} by {old.actor}: {old.reason})" if old else "")
+            + ". Nothing was written; re-read the value and decide again.",
+            key=key, expected=expected,
+            current=({**old.to_dict(), "expired": old.is_expired(now)} if old else None),
+        )
+
+    def _check_new_key(self, state: State, key: str, now: datetime) -> None:
+        live = state.live(now)
+        if key in live:
+            return
+        for other in state.keys:
+            if other != key and other.lower() == key.lower():
+                raise InvalidInput(f"key {key!r} differs from existing key {other!r} only in "
+                                   "case; use the existing key", rule="key.case", key=key,
+                                   existing=other)
+        if len(live) >= self.config.max_keys:
+            raise KeyCapReached(
+                f"{len(live)} live keys already (the cap is {self.config.max_keys}); clear one "
+                f"before adding {key!r}. Live keys: {', '.join(sorted(live))}",
+                key=key, max_keys=self.config.max_keys, live_keys=sorted(live),
+            )
+        if key not in state.keys and len(state.keys) >= self.config.max_stored_keys:
+            expired = sorted(set(state.keys) - set(live))
+            raise KeyCapReached(
+                f"{len(state.keys)} stored keys (the limit is {self.config.max_stored_keys}, "
+                f"expired ones included); clear expired keys first: {', '.join(expired)}",
+                rule="keys.stored_cap", key=key, expired_keys=expired,
+            )
+
+    def _check_section(self, state: State, now: datetime) -> None:
+        size = _section_bytes(state, now)
+        if size > self.config.section_max_bytes:
+            raise SectionTooLarge(
+                f"the key lines would take {size} bytes of the rendered section; the limit is "
+                f"{self.config.section_max_bytes} ([gitstate] section_max_bytes). Shorten the "
+                "value or reason, or clear a key.",
+                size=size, limit=self.config.section_max_bytes,
+            )
+
+
+def _section_bytes(state: State, now: datetime) -> int:
+    """The largest size of the key lines over every locale (time zone does not change it)."""
+    entries = ordered_live(state, now)
+    return max(key_lines_bytes(key_line(k, e, loc, UTC) for k, e in entries) for loc in LOCALES)
+
+
+def _identity(config: Config) -> bytes:
+    return f"{config.identity_name} <{config.identity_email}>".encode()

@@ -1,0 +1,210 @@
+"""Input rules: what a key, value, reason, ttl and handoff may be.
+
+Every write path (CLI, Python API, MCP) goes through these functions before anything is
+computed, so a bad input is refused with the name of the rule and nothing is written.
+The limits are documented in docs/design.md ("Input limits").
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from dataclasses import dataclass
+
+from .errors import HandoffTooLarge, InvalidInput
+from .model import HANDOFF_STATUSES, Scalar
+
+KEY_MAX = 128
+VALUE_MAX_CHARS = 1000
+REASON_MAX_CHARS = 4000
+ACTOR_MAX = 64
+TTL_MAX_HOURS = 24 * 366
+TEXT_INPUT_MAX_CHARS = 1 << 20  # any single text input, before collapsing or cutting
+INT_LIMIT = 2**53  # JSON numbers beyond this lose precision in most readers
+
+_KEY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+_ACTOR_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]*")
+# git treats a line starting with "---" as the end of the message when it parses trailers.
+_DIVIDER_RE = re.compile(r"^---(\s|$)", re.MULTILINE)
+
+
+def check_key(key: object) -> str:
+    """A key is a short ASCII name that can never be a path or a second line."""
+    if not isinstance(key, str) or not key:
+        raise InvalidInput("key must be a non-empty string", rule="key.empty")
+    if len(key) > KEY_MAX:
+        raise InvalidInput(f"key is {len(key)} characters; the limit is {KEY_MAX}",
+                           rule="key.too_long")
+    if not _KEY_RE.fullmatch(key):
+        raise InvalidInput(
+            f"key {key!r} has characters outside the safe set: ASCII letters, digits, '.', "
+            "'_' and '-', not starting with '.' or '-'",
+            rule="key.charset",
+        )
+    if ".." in key or key.endswith("."):
+        raise InvalidInput(f"key {key!r} must not contain '..' or end with '.'",
+                           rule="key.dots")
+    return key
+
+
+def _check_text(text: str, what: str, *, allow_newlines: bool) -> None:
+    for ch in text:
+        if ch in "\n\t" and allow_newlines:
+            continue
+        cat = unicodedata.category(ch)
+        if cat == "Cs":
+            raise InvalidInput(f"{what} contains a lone surrogate", rule=f"{what}.encoding")
+        if cat == "Cc" or ch in "\u2028\u2029":
+            raise InvalidInput(
+                f"{what} contains a control character or line break (U+{ord(ch):04X})",
+                rule=f"{what}.control",
+            )
+
+
+def check_value(value: object) -> Scalar:
+    """A value is a JSON scalar: one line of text, a finite number or a boolean."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if abs(value) > INT_LIMIT:
+            raise InvalidInput(f"integer {value} is beyond ±2**53", rule="value.range")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidInput("value must be a finite number", rule="value.range")
+        return value
+    if isinstance(value, str):
+        if not value.strip():
+            raise InvalidInput("value must not be empty; use clear to retire a key",
+                               rule="value.empty")
+        if len(value) > VALUE_MAX_CHARS:
+            raise InvalidInput(
+                f"value is {len(value)} characters; the limit is {VALUE_MAX_CHARS}",
+                rule="value.too_long",
+            )
+        _check_text(value, "value", allow_newlines=False)
+        return value
+    raise InvalidInput(
+        f"value must be a string, number or boolean, not {type(value).__name__}",
+        rule="value.type",
+    )
+
+
+def check_reason(reason: object) -> str:
+    """A reason is required; it becomes the commit message verbatim (trimmed)."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidInput("a reason is required and must not be blank", rule="reason.empty")
+    reason = reason.strip()
+    if len(reason) > REASON_MAX_CHARS:
+        raise InvalidInput(
+            f"reason is {len(reason)} characters; the limit is {REASON_MAX_CHARS}",
+            rule="reason.too_long",
+        )
+    _check_text(reason, "reason", allow_newlines=True)
+    if _DIVIDER_RE.search(reason):
+        raise InvalidInput("a reason line must not start with '---' (git reads it as the "
+                           "end of the message)", rule="reason.divider")
+    return reason
+
+
+def check_actor(actor: object) -> str:
+    if not isinstance(actor, str) or len(actor) > ACTOR_MAX or not _ACTOR_RE.fullmatch(actor):
+        raise InvalidInput(
+            "actor must be 1-64 characters of ASCII letters, digits and '._:@-'",
+            rule="actor.charset",
+        )
+    return actor
+
+
+def check_ttl(ttl_hours: object) -> float | None:
+    if ttl_hours is None:
+        return None
+    if isinstance(ttl_hours, bool) or not isinstance(ttl_hours, int | float):
+        raise InvalidInput("ttl_hours must be a number", rule="ttl.type")
+    if not math.isfinite(ttl_hours) or ttl_hours <= 0:
+        raise InvalidInput("ttl_hours must be greater than 0", rule="ttl.range")
+    if ttl_hours > TTL_MAX_HOURS:
+        raise InvalidInput(f"ttl_hours must be at most {TTL_MAX_HOURS} (366 days)",
+                           rule="ttl.range")
+    return float(ttl_hours)
+
+
+@dataclass(frozen=True)
+class HandoffInput:
+    """A validated handoff, ready to store; ``truncated`` tells the caller it was cut."""
+
+    note: str
+    status: str | None
+    next_steps: str | None
+    evidence: str | None
+    blocker: str | None
+    truncated: bool
+
+
+def check_handoff(
+    note: str | None,
+    status: str | None,
+    next_steps: str | None,
+    evidence: str | None,
+    blocker: str | None,
+    *,
+    plain_max_chars: int,
+    max_bytes: int,
+) -> HandoffInput:
+    """Seed 000's rules: plain notes are collapsed and cut; structured ones refuse whole."""
+    texts = {"note": note, "next_steps": next_steps, "evidence": evidence, "blocker": blocker}
+    for name, text in texts.items():
+        if text is None:
+            continue
+        if not isinstance(text, str):
+            raise InvalidInput(f"{name} must be a string", rule="handoff.type")
+        if len(text) > TEXT_INPUT_MAX_CHARS:
+            raise InvalidInput(f"{name} is over {TEXT_INPUT_MAX_CHARS} characters",
+                               rule="handoff.too_long")
+        _check_text(text, "handoff", allow_newlines=True)
+    structured = any(t is not None for t in (next_steps, evidence, blocker))
+    if status is None and structured:
+        raise InvalidInput(
+            "status is required when next_steps, evidence or blocker is given "
+            "(continue, complete or blocked)",
+            rule="handoff.status_required",
+        )
+    if status is None:
+        collapsed = " ".join((note or "").split())
+        if not collapsed:
+            raise InvalidInput("the handoff note is empty", rule="handoff.empty")
+        truncated = len(collapsed) > plain_max_chars
+        if truncated:
+            collapsed = collapsed[: plain_max_chars - 1].rstrip() + "…"
+        return HandoffInput(collapsed, None, None, None, None, truncated)
+
+    if status not in HANDOFF_STATUSES:
+        raise InvalidInput(f"status must be one of {', '.join(HANDOFF_STATUSES)}, not "
+                           f"{status!r}", rule="handoff.status")
+    has = {k: bool(v and v.strip()) for k, v in texts.items()}
+    if status == "continue":
+        if not has["next_steps"]:
+            raise InvalidInput("status continue requires non-empty next_steps",
+                               rule="handoff.continue")
+        if blocker is not None:
+            raise InvalidInput("status continue does not allow a blocker",
+                               rule="handoff.continue")
+    elif status == "complete":
+        if not has["evidence"]:
+            raise InvalidInput("status complete requires non-empty evidence: done must not "
+                               "be self-declared", rule="handoff.complete")
+        if blocker is not None or next_steps is not None:
+            raise InvalidInput("status complete allows neither blocker nor next_steps",
+                               rule="handoff.complete")
+    elif not has["blocker"]:
+        raise InvalidInput("status blocked requires a non-empty blocker",
+                           rule="handoff.blocked")
+    total = sum(len(t.encode("utf-8")) for t in texts.values() if t)
+    if total > max_bytes:
+        raise HandoffTooLarge(
+            f"structured handoff is {total} UTF-8 bytes; the limit is {max_bytes} "
+            "([memory] working_state_handoff_max_bytes). Nothing was written.",
+            size=total, limit=max_bytes,
+        )
+    return HandoffInput((note or "").strip(), status, next_steps, evidence, blocker, False)

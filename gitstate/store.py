@@ -1,0 +1,362 @@
+"""The git store: the only module that talks to dulwich.
+
+It owns the state repository on disk: creating it, the kernel write lock, building and
+durably writing commits, the compare-and-swap of ``refs/heads/main``, checking the working
+tree out, and walking history. It knows nothing about keys or rules: callers hand it file
+contents and a message.
+
+Write protocol (see docs/design.md, "The write path"), all under ``flock(.git/gitstate.lock)``:
+
+1. blob, tree and commit objects are written with fsync (``fsync_object_files``);
+2. the ref moves by ``set_if_equals(base, new)``: this is the commit point;
+3. the working tree file is replaced atomically (unique temp name, fsync, rename), the index
+   entry updated, and a stamp ``<commit> <blob>`` written for the render fast path.
+
+A crash before 2 leaves only unreachable objects; a crash after 2 leaves a working tree
+that equals the parent commit's file, which :meth:`GitStore.worktree_status` recognises as
+a leftover (repaired silently) rather than a hand edit (reported, never injected).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from dulwich.errors import NotGitRepository
+from dulwich.file import FileLocked
+from dulwich.index import index_entry_from_stat
+from dulwich.objects import Blob, Commit, ObjectID, Tree
+from dulwich.refs import Ref
+from dulwich.repo import Repo
+
+from .errors import LockTimeout, NotInitialized, StoreError
+
+BRANCH = Ref(b"refs/heads/main")
+ZERO = ObjectID(b"0" * 40)
+LOCK_FILE = "gitstate.lock"
+STAMP_FILE = "gitstate-stamp"
+FILE_MODE = 0o100644
+T = TypeVar("T")
+
+
+def git_blob_id(data: bytes) -> str:
+    """The git blob id of ``data`` (what the render fast path computes with hashlib)."""
+    return Blob.from_string(data).id.decode()
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """What a history walk yields per commit."""
+
+    id: str
+    parents: tuple[str, ...]
+    time: int
+    message: bytes
+    author: str
+
+
+@dataclass(frozen=True)
+class WorktreeStatus:
+    """How the working tree relates to HEAD."""
+
+    clean: bool
+    leftover: bool  # a killed write's remains: repair silently
+    hand_edited: tuple[str, ...]  # files edited by hand: report, never inject
+
+
+class GitStore:
+    """One state repository (``<agent dir>/state``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.git_dir = path / ".git"
+        try:
+            self.repo = Repo(str(path))
+        except NotGitRepository as exc:
+            raise NotInitialized(
+                f"{path} is not a gitstate repository; run `gitstate init` first",
+            ) from exc
+        # dulwich leaves loose objects un-fsynced by default (invariant 4).
+        self.repo.object_store.fsync_object_files = True
+
+    # -- creation -------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, path: Path) -> GitStore:
+        """Create an empty repository on branch main (no commit yet)."""
+        path.mkdir(parents=True, exist_ok=True)
+        Repo.init(str(path), default_branch=b"main").close()
+        store = cls(path)
+        exclude = store.git_dir / "info" / "exclude"
+        exclude.parent.mkdir(exist_ok=True)
+        with exclude.open("a", encoding="utf-8") as f:
+            f.write("# gitstate: projections and temporary files, never committed\n"
+                    "/working_state_history.jsonl\n/.*.tmp\n")
+        return store
+
+    def close(self) -> None:
+        self.repo.close()
+
+    # -- locking --------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def lock(self, timeout: float = 60.0) -> Iterator[None]:
+        """The kernel write lock: released by the kernel when its holder dies."""
+        fd = os.open(self.git_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            deadline = time.monotonic() + timeout
+            delay = 0.0005
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise LockTimeout(
+                            f"another writer held {self.git_dir / LOCK_FILE} for "
+                            f"{timeout:.0f}s") from None
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.02)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the flock
+
+    def _stale_lock_safe(self, action: Callable[[], T]) -> T:
+        """Run a dulwich write; a ``*.lock`` it trips over is stale, since we hold the
+        kernel lock, so remove it and try again."""
+        for _ in range(8):
+            try:
+                return action()
+            except FileLocked as exc:
+                lock = exc.lockfilename
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(lock)
+        return action()
+
+    # -- reading --------------------------------------------------------------------------
+
+    def head(self) -> str | None:
+        try:
+            return self.repo.refs[BRANCH].decode()
+        except KeyError:
+            return None
+
+    def read_file(self, commit: str, name: str) -> bytes | None:
+        """A file's bytes at ``commit``, or None when it is not in that tree."""
+        tree = self._tree(commit)
+        try:
+            _, sha = tree[name.encode()]
+        except KeyError:
+            return None
+        blob = self.repo.object_store[sha]
+        assert isinstance(blob, Blob)
+        return blob.as_raw_string()
+
+    def file_ids(self, commit: str) -> dict[str, str]:
+        """File name -> blob id at ``commit``."""
+        return {e.path.decode(): e.sha.decode() for e in self._tree(commit).iteritems()}
+
+    def commit_info(self, commit: str) -> CommitInfo:
+        obj = self._commit(commit)
+        return CommitInfo(
+            id=commit,
+            parents=tuple(p.decode() for p in obj.parents),
+            time=obj.commit_time,
+            message=obj.message,
+            author=obj.author.decode("utf-8", "replace"),
+        )
+
+    def walk(self, head: str, stop: str | None = None) -> Iterator[CommitInfo]:
+        """First-parent history from ``head`` back to (excluding) ``stop``, newest first."""
+        current: str | None = head
+        while current and current != stop:
+            info = self.commit_info(current)
+            yield info
+            current = info.parents[0] if info.parents else None
+
+    def _commit(self, commit: str) -> Commit:
+        try:
+            obj = self.repo.object_store[ObjectID(commit.encode())]
+        except KeyError as exc:
+            raise StoreError(f"commit {commit} is missing from the object store",
+                             rule="store.missing_object") from exc
+        if not isinstance(obj, Commit):
+            raise StoreError(f"{commit} is not a commit", rule="store.not_commit")
+        return obj
+
+    def _tree(self, commit: str) -> Tree:
+        tree = self.repo.object_store[self._commit(commit).tree]
+        assert isinstance(tree, Tree)
+        return tree
+
+    # -- writing --------------------------------------------------------------------------
+
+    def commit(
+        self,
+        base: str | None,
+        files: dict[str, bytes | None],
+        message: bytes,
+        identity: bytes,
+        when: int,
+        tz_offset: int = 0,
+    ) -> str | None:
+        """Write a commit of ``files`` (None deletes) on top of ``base`` and move main to it
+        if main still equals ``base``. Returns the new id, or None when main moved."""
+        tree = Tree()
+        if base is not None:
+            for entry in self._tree(base).iteritems():
+                tree.add(entry.path, entry.mode, entry.sha)
+        new_objects: list[Blob | Tree | Commit] = []
+        for name, data in files.items():
+            if data is None:
+                with contextlib.suppress(KeyError):
+                    del tree[name.encode()]
+                continue
+            blob = Blob.from_string(data)
+            new_objects.append(blob)
+            tree.add(name.encode(), FILE_MODE, blob.id)
+        commit = Commit()
+        commit.tree = tree.id
+        commit.parents = [ObjectID(base.encode())] if base else []
+        commit.author = commit.committer = identity
+        commit.author_time = commit.commit_time = when
+        commit.author_timezone = commit.commit_timezone = tz_offset
+        commit.encoding = b"UTF-8"
+        commit.message = message
+        new_objects += [tree, commit]
+        store = self.repo.object_store
+        for obj in new_objects:
+            self._stale_lock_safe(lambda o=obj: store.add_object(o))  # type: ignore[misc]
+        self._fsync_dirs({str(self.git_dir / "objects" / o.id[:2].decode())
+                          for o in new_objects})
+        old = ObjectID(base.encode()) if base else ZERO
+        moved = self._stale_lock_safe(
+            lambda: self.repo.refs.set_if_equals(BRANCH, old, commit.id))
+        if not moved:
+            return None
+        self._fsync_dirs({str(self.git_dir / "refs" / "heads")})
+        return commit.id.decode()
+
+    @staticmethod
+    def _fsync_dirs(dirs: set[str]) -> None:
+        """A new directory entry (object file, renamed ref) is durable only once its
+        directory is fsynced."""
+        for d in dirs:
+            fd = os.open(d, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def checkout(self, commit: str) -> None:
+        """Make the working tree, the index and the stamp equal ``commit``."""
+        ids = self.file_ids(commit)
+        index = self.repo.open_index()
+        for name, blob_id in ids.items():
+            target = self.path / name
+            if _file_blob_id(target) != blob_id:
+                data = self.read_file(commit, name)
+                assert data is not None
+                atomic_write(target, data)
+            index[name.encode()] = index_entry_from_stat(
+                os.stat(target), ObjectID(blob_id.encode()), FILE_MODE)
+        for name_b in list(index.paths()):
+            name = name_b.decode()
+            if name not in ids:
+                del index[name_b]
+                with contextlib.suppress(FileNotFoundError):
+                    (self.path / name).unlink()
+        self._stale_lock_safe(index.write)
+        from .model import STATE_FILE
+
+        stamp = f"{commit} {ids.get(STATE_FILE, '')}\n".encode()
+        atomic_write(self.git_dir / STAMP_FILE, stamp, fsync=False)
+
+    def worktree_status(self, commit: str) -> WorktreeStatus:
+        """Compare the working tree with ``commit``; tell leftovers from hand edits."""
+        ids = self.file_ids(commit)
+        parent_ids: dict[str, str] = {}
+        info = self.commit_info(commit)
+        if info.parents:
+            parent_ids = self.file_ids(info.parents[0])
+        differing = []
+        leftover = False
+        for name, blob_id in ids.items():
+            actual = _file_blob_id(self.path / name)
+            if actual == blob_id:
+                continue
+            if actual is None or actual == parent_ids.get(name):
+                leftover = True  # missing, or still the previous commit's file
+            else:
+                differing.append(name)
+        for name in parent_ids.keys() - ids.keys():
+            if (self.path / name).exists():
+                leftover = True
+        stray = [p for p in self.path.glob(".*.tmp")]
+        leftover = leftover or bool(stray)
+        return WorktreeStatus(not differing and not leftover, leftover, tuple(differing))
+
+    def remove_temp_files(self) -> None:
+        for p in self.path.glob(".*.tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+
+    def object_problems(self) -> list[str]:
+        """Objects whose content does not hash to their name (a corrupted store)."""
+        problems = []
+        store = self.repo.object_store
+        for sha in store:
+            try:
+                obj = store[sha]
+                obj.check()
+                if obj.id != sha:
+                    problems.append(f"{sha.decode()}: content hashes to {obj.id.decode()}")
+            except Exception as exc:  # any decoding failure is a corruption to report
+                problems.append(f"{sha.decode()}: {type(exc).__name__}: {exc}")
+        return problems
+
+
+def _file_blob_id(path: Path) -> str | None:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        return "directory"
+    return git_blob_id(data)
+
+
+def atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
+    """Replace ``path`` with ``data`` via a uniquely named temporary file and rename, so a
+    reader sees the old bytes or the new ones, never a mix, and two writers never share a
+    temporary file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        if fsync:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    os.close(fd)
+    try:
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if exc.errno == errno.ENOSPC:
+            raise StoreError(f"disk full while writing {path}", rule="store.disk_full") from exc
+        raise
