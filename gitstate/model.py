@@ -59,6 +59,8 @@ def canonical_text(value: Scalar) -> str:
 
 def _decimal_text(number: Decimal) -> str:
     normal = number.normalize()
+    if normal.is_zero():
+        return "0"
     if normal == normal.to_integral_value():
         return str(normal.quantize(Decimal(1)))
     return format(normal, "f")

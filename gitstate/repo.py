@@ -313,7 +313,7 @@ class StateRepo:
     # -- the write path -------------------------------------------------------------------
 
     def _write(self, mutate: Mutation) -> WriteResult:
-        with self._mutex, self.store.lock():
+        with self._mutex, self.store.lock(), self.store.writing():
             warnings = self._recover_locked()
             for _ in range(5):
                 base = self.head()

@@ -42,6 +42,7 @@ BRANCH = Ref(b"refs/heads/main")
 ZERO = ObjectID(b"0" * 40)
 LOCK_FILE = "gitstate.lock"
 STAMP_FILE = "gitstate-stamp"
+WRITING_FILE = "gitstate-writing"
 FILE_MODE = 0o100644
 T = TypeVar("T")
 
@@ -127,6 +128,35 @@ class GitStore:
             yield
         finally:
             os.close(fd)  # closing the descriptor releases the flock
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[bool]:
+        """Mark a write in progress (call with the lock held). Yields True when the marker
+        was already there, i.e. the previous writer died mid-write: its ``*.lock`` and
+        temporary files are then swept, since with the kernel lock held none is live."""
+        marker = self.git_dir / WRITING_FILE
+        crashed = marker.exists()
+        if crashed:
+            self.sweep_stale_locks()
+        else:
+            marker.touch()
+        try:
+            yield crashed
+        finally:  # a refusal or an error is a clean end; only a dead process skips this
+            with contextlib.suppress(FileNotFoundError):
+                marker.unlink()
+
+    def sweep_stale_locks(self) -> list[Path]:
+        """Remove every dulwich ``*.lock`` and our temporary files (lock held)."""
+        removed = []
+        for path in [*self.git_dir.rglob("*.lock"), *self.git_dir.glob(".*.tmp"),
+                     *self.path.glob(".*.tmp")]:
+            if path.name == LOCK_FILE:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+        return removed
 
     def _stale_lock_safe(self, action: Callable[[], T]) -> T:
         """Run a dulwich write; a ``*.lock`` it trips over is stale, since we hold the

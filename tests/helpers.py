@@ -1,0 +1,58 @@
+"""Helpers shared by the tests: a settable clock, the CLI and git as separate processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+GIT = shutil.which("git")
+
+
+class Clock:
+    """A settable clock; ``advance`` moves it forward (or back)."""
+
+    def __init__(self, start: datetime) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **kwargs: float) -> None:
+        self.now += timedelta(**kwargs)
+
+
+def run_cli(*args: str, agent_dir: Path | None = None, input: str | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real ``gitstate`` command as a separate process."""
+    argv = [sys.executable, "-m", "gitstate"]
+    if agent_dir is not None:
+        argv += ["--agent-dir", str(agent_dir)]
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([*argv, *args], capture_output=True, text=True, input=input,
+                          env=full_env, timeout=60, check=False)
+
+
+def git(state_dir: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The real git CLI as an independent checker."""
+    if GIT is None:
+        pytest.skip("git CLI not installed")
+    return subprocess.run([GIT, "-C", str(state_dir), *args], capture_output=True, text=True,
+                          input=input, timeout=60, check=False)
+
+
+def commit_count(state_dir: Path) -> int:
+    out = git(state_dir, "rev-list", "--count", "main")
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout)
+
+
+def assert_fsck_clean(state_dir: Path) -> None:
+    out = git(state_dir, "fsck", "--strict", "--no-dangling")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "error" not in out.stderr.lower(), out.stderr

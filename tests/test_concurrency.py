@@ -1,0 +1,96 @@
+"""Specification of concurrency and crash safety, with real processes and SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gitstate.config import resolve_tz
+from gitstate.fastpath import section
+from gitstate.model import STATE_FILE, State
+from gitstate.render import render
+from gitstate.repo import StateRepo
+from tests.helpers import assert_fsck_clean, git
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _worker(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "tests.workers", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_four_processes_increment_to_exactly_400(agent_dir: Path) -> None:
+    """4 × 100 CAS increments with retries end at 400, with 400 increment commits."""
+    with StateRepo.init(agent_dir) as repo:
+        repo.set("counter", 0, "start")
+    procs = [_worker("increment", str(agent_dir), "100", str(n)) for n in range(4)]
+    for proc in procs:
+        _out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    with StateRepo(agent_dir) as repo:
+        assert repo.state().keys["counter"].value == 400
+        state_dir = repo.state_dir
+    log = git(state_dir, "log", "--format=%s").stdout.splitlines()
+    assert sum(1 for line in log if line.startswith("increment by")) == 400
+    values = [json.loads(line.split(": ", 1)[1]) for line in git(
+        state_dir, "log", "--format=%(trailers:key=Gitstate-New,valueonly=false)").stdout.split("\n")
+        if line.startswith("Gitstate-New")]
+    assert sorted(values) == list(range(401))  # every value exactly once: no lost update
+    assert_fsck_clean(state_dir)
+
+
+def _acked(stdout: str) -> list[int]:
+    return [int(line) for line in stdout.split("\n")[:-1] if line.isdigit()]
+
+
+def test_sigkill_at_random_moments_loses_nothing(agent_dir: Path) -> None:
+    """50+ SIGKILLs mid-write: acknowledged writes survive, fsck is clean, reads see HEAD."""
+    with StateRepo.init(agent_dir) as repo:
+        state_dir = repo.state_dir
+    rng = random.Random(20260813)
+    acked: list[int] = []
+    next_i = 1
+    kills = 0
+    while kills < 55:
+        proc = _worker("write_forever", str(agent_dir), str(next_i))
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n"
+        time.sleep(rng.uniform(0.0, 0.08))
+        os.kill(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=30)
+        kills += 1
+        got = _acked(out)
+        acked += got
+        next_i = (got[-1] if got else next_i) + 100  # never reuse a number
+
+        # The next read sees exactly HEAD, never the leftovers of the killed write.
+        head_blob = git(state_dir, "show", f"main:{STATE_FILE}").stdout.encode()
+        head_state = State.from_bytes(head_blob)
+        with StateRepo(agent_dir) as repo:
+            assert repo.state() == head_state
+            now = repo.now()
+            expected = render(head_state, now, "en", resolve_tz(repo.config.timezone))
+            assert repo.render(now=now, locale="en") == expected
+            assert section(agent_dir, locale="en", now=now)[0] == expected
+        if got:
+            assert head_state.keys["counter"].value >= got[-1] or head_state.handoff
+
+    messages = set(git(state_dir, "log", "--format=%s").stdout.splitlines())
+    missing = [i for i in acked if f"write {i}" not in messages and f"Handoff: handoff {i}"
+               not in messages]
+    assert not missing, missing[:10]
+    assert_fsck_clean(state_dir)
+    # A final write repairs whatever the last kill left and leaves a clean tree.
+    with StateRepo(agent_dir) as repo:
+        repo.set("after", 1, "after the kills")
+    assert git(state_dir, "status", "--porcelain").stdout == ""
+    stale = [p for p in (state_dir / ".git").rglob("*.lock") if p.name != "gitstate.lock"]
+    assert not stale
+    assert len(acked) > 50

@@ -1,0 +1,85 @@
+"""Specification of the state model: the JSON form on disk and how values compare."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gitstate.model import Entry, Handoff, State, canonical_text, display_value, values_match
+
+scalars = st.one_of(
+    st.text(min_size=1, max_size=20).filter(str.strip),
+    st.integers(-(2**53), 2**53),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.booleans(),
+)
+
+
+def test_number_and_numeric_string_compare_equal() -> None:
+    """262, 262.0 and "262" are the same value for compare-and-swap."""
+    assert values_match(262, "262")
+    assert values_match("262", 262.0)
+    assert values_match(" 262 ", 262)
+    assert not values_match(262, 261)
+    assert not values_match("262a", 262)
+
+
+def test_booleans_and_strings_compare_by_text() -> None:
+    """true matches "true"; non-numeric strings compare exactly."""
+    assert values_match(True, "true")
+    assert not values_match(True, 1)
+    assert values_match("96%", "96%")
+    assert not values_match("96%", "96")
+
+
+def test_canonical_decimal_form() -> None:
+    """Numbers normalise to plain decimals."""
+    assert canonical_text(1.50) == "1.5"
+    assert canonical_text("1e2") == "100"
+    assert canonical_text(-0.0) == "0"
+
+
+def test_display_value() -> None:
+    """Integral floats show without a fraction; booleans lowercase."""
+    assert display_value(262.0) == "262"
+    assert display_value(False) == "false"
+    assert display_value("96%") == "96%"
+
+
+def test_state_bytes_are_sorted_pretty_and_unescaped() -> None:
+    """The file is sorted, indented UTF-8 with CJK left readable."""
+    state = State(keys={
+        "b": Entry("跌破即出場", "2026-08-13T01:04:00Z", "理由", "agent"),
+        "a": Entry(1, "2026-08-13T01:04:00Z", "r", "agent", "2026-08-13T05:30:00Z"),
+    })
+    text = state.to_bytes().decode()
+    assert "跌破即出場" in text and "\\u" not in text
+    assert text.index('"a"') < text.index('"b"')
+    assert text.endswith("}\n") and '\n  "keys"' in text
+
+
+@given(st.dictionaries(st.from_regex(r"[a-z][a-z0-9._-]{0,10}", fullmatch=True), scalars,
+                       max_size=5),
+       st.one_of(st.none(), st.text(max_size=30)))
+def test_state_round_trip(values: dict[str, object], note: str | None) -> None:
+    """from_bytes(to_bytes(s)) == s, and serialisation is deterministic."""
+    keys = {k: Entry(v, "2026-08-13T01:04:00Z", "why", "agent") for k, v in values.items()}  # type: ignore[arg-type]
+    handoff = Handoff(note, "2026-08-13T01:36:00Z", "agent") if note is not None else None
+    state = State(keys=keys, handoff=handoff)
+    data = state.to_bytes()
+    again = State.from_bytes(data)
+    assert again == state
+    assert again.to_bytes() == data
+    json.loads(data)
+
+
+def test_live_excludes_expired() -> None:
+    """An entry is live until its expiry, not at or after it."""
+    from datetime import UTC, datetime
+
+    entry = Entry(1, "2026-08-13T01:04:00Z", "r", "a", "2026-08-13T05:30:00Z")
+    state = State(keys={"k": entry})
+    assert state.live(datetime(2026, 8, 13, 5, 29, 59, tzinfo=UTC)) == {"k": entry}
+    assert state.live(datetime(2026, 8, 13, 5, 30, tzinfo=UTC)) == {}

@@ -1,0 +1,36 @@
+"""The code standards are part of the suite: ruff and mypy --strict stay clean."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _tool(name: str) -> list[str]:
+    exe = Path(sys.executable).parent / name
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which(name)
+    if found is None:
+        pytest.skip(f"{name} is not installed")
+    return [found]
+
+
+def test_ruff_clean() -> None:
+    """ruff check reports nothing on the package and the tests."""
+    out = subprocess.run([*_tool("ruff"), "check", "gitstate", "tests", "bench", "examples"],
+                         cwd=ROOT, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_mypy_strict_clean() -> None:
+    """mypy --strict (configured in pyproject.toml) reports nothing on the package."""
+    out = subprocess.run([*_tool("mypy")], cwd=ROOT, capture_output=True, text=True,
+                         check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
