@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 HOOK_EVENTS = {"claude-code": "UserPromptSubmit", "plain": ""}
 
 
-def _parse_fast(args: list[str]) -> tuple[str, Path, dict[str, str]] | None:
+def _parse_fast(args: list[str]) -> tuple[str, str, dict[str, str]] | None:
     """Recognise the fast forms; None sends the call to the full CLI."""
     agent_dir = os.environ.get("GITSTATE_AGENT_DIR") or "."
     rest = list(args)
@@ -39,10 +38,10 @@ def _parse_fast(args: list[str]) -> tuple[str, Path, dict[str, str]] | None:
             return None
     if opts.get("locale", "zh-TW") not in ("zh-TW", "en", "ja"):
         return None  # let click report the bad choice
-    return command, Path(agent_dir), opts
+    return command, agent_dir, opts
 
 
-def _fast(command: str, agent_dir: Path, opts: dict[str, str]) -> int:
+def _fast(command: str, agent_dir: str, opts: dict[str, str]) -> int:
     from .errors import GitStateError
     from .fastpath import claude_code_output, hook_event_from_stdin, section
 

@@ -11,11 +11,10 @@ hand edit or a half-finished write is never injected (invariants 5 and 9).
 
 from __future__ import annotations
 
-import hashlib
 import json
+import os
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 
 from .config import load_config, resolve_tz
 from .errors import NotInitialized
@@ -26,13 +25,24 @@ STAMP = "gitstate-stamp"
 BRANCH = "refs/heads/main"
 
 
-def _read_ref(git_dir: Path) -> str | None:
+try:  # the builtin module imports in microseconds; hashlib loads OpenSSL (~3 ms)
+    from _sha1 import sha1  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - other Python implementations
+    from hashlib import sha1
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _read_ref(git_dir: str) -> str | None:
     try:
-        return (git_dir / BRANCH).read_text("ascii").strip()
+        return _read(os.path.join(git_dir, BRANCH)).decode("ascii").strip()
     except FileNotFoundError:
         pass
     try:
-        packed = (git_dir / "packed-refs").read_text("ascii")
+        packed = _read(os.path.join(git_dir, "packed-refs")).decode("ascii")
     except FileNotFoundError:
         return None
     for line in packed.splitlines():
@@ -42,17 +52,18 @@ def _read_ref(git_dir: Path) -> str | None:
     return None
 
 
-def head_state_fast(state_dir: Path) -> State | None:
+def head_state_fast(state_dir: str | os.PathLike[str]) -> State | None:
     """HEAD's state read from the working tree when the stamp proves they are equal."""
-    git_dir = state_dir / ".git"
+    git_dir = os.path.join(state_dir, ".git")
     try:
-        commit, _, blob = (git_dir / STAMP).read_text("ascii").strip().partition(" ")
-        data = (state_dir / STATE_FILE).read_bytes()
-    except (FileNotFoundError, UnicodeDecodeError):
+        commit, _, blob = _read(os.path.join(git_dir, STAMP)).decode("ascii").strip() \
+            .partition(" ")
+        data = _read(os.path.join(state_dir, STATE_FILE))
+    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
         return None
     if not commit or _read_ref(git_dir) != commit:
         return None
-    digest = hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
+    digest = sha1(b"blob %d\0" % len(data) + data).hexdigest()
     if digest != blob:
         return None
     try:
@@ -62,12 +73,13 @@ def head_state_fast(state_dir: Path) -> State | None:
 
 
 def section(
-    agent_dir: Path, *, locale: str | None = None, now: datetime | None = None
+    agent_dir: str | os.PathLike[str], *, locale: str | None = None,
+    now: datetime | None = None,
 ) -> tuple[str, list[str]]:
     """The section for a wake-up, and warnings for stderr (hand edits)."""
     config = load_config(agent_dir)
-    state_dir = agent_dir / "state"
-    if not (state_dir / ".git").is_dir():
+    state_dir = os.path.join(agent_dir, "state")
+    if not os.path.isdir(os.path.join(state_dir, ".git")):
         raise NotInitialized(f"{agent_dir} has no gitstate repository; run `gitstate init`")
     if not config.enabled:
         return "", []
@@ -76,7 +88,7 @@ def section(
     if state is None:
         from .repo import StateRepo  # the slow, exact path: read HEAD through dulwich
 
-        with StateRepo(agent_dir, config=config) as repo:
+        with StateRepo(os.fspath(agent_dir), config=config) as repo:
             state = repo.state()
             warnings = repo.worktree_warnings()
     moment = now or datetime.now(UTC)

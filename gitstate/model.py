@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
-from typing import Any
+
+TYPE_CHECKING = False  # not `from typing import`: typing costs ~3 ms per wake-up
+
+if TYPE_CHECKING:  # typing, dataclasses and decimal are kept off the wake-up path
+    from decimal import Decimal
+    from typing import Any
 
 Scalar = str | int | float | bool
 FORMAT_VERSION = 1
@@ -42,6 +45,8 @@ def canonical_text(value: Scalar) -> str:
     number, become their normalized decimal (262, 262.0 and "262" are all ``262``);
     any other string is itself.
     """
+    from decimal import Decimal, InvalidOperation
+
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
@@ -62,7 +67,7 @@ def _decimal_text(number: Decimal) -> str:
     if normal.is_zero():
         return "0"
     if normal == normal.to_integral_value():
-        return str(normal.quantize(Decimal(1)))
+        return str(normal.quantize(type(number)(1)))
     return format(normal, "f")
 
 
@@ -80,15 +85,48 @@ def display_value(value: Scalar) -> str:
     return str(value)
 
 
-@dataclass(frozen=True)
-class Entry:
+class _Record:
+    """A small immutable record (dataclasses would cost 7 ms of imports per wake-up)."""
+
+    __slots__ = ()
+    _fields: tuple[str, ...] = ()
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self._fields)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
+        return f"{type(self).__name__}({args})"
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def _init(self, **values: object) -> None:
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+
+class Entry(_Record):
     """One key's current value and where it came from."""
 
+    __slots__ = ("actor", "expires_at", "reason", "set_at", "value")
+    _fields = ("value", "set_at", "reason", "actor", "expires_at")
     value: Scalar
     set_at: str
     reason: str
     actor: str
-    expires_at: str | None = None
+    expires_at: str | None
+
+    def __init__(self, value: Scalar, set_at: str, reason: str, actor: str,
+                 expires_at: str | None = None) -> None:
+        self._init(value=value, set_at=set_at, reason=reason, actor=actor,
+                   expires_at=expires_at)
 
     def is_expired(self, now: datetime) -> bool:
         return self.expires_at is not None and parse_time(self.expires_at) <= now
@@ -118,17 +156,24 @@ class Entry:
         )
 
 
-@dataclass(frozen=True)
-class Handoff:
+class Handoff(_Record):
     """The one handoff note, plain or structured."""
 
+    __slots__ = ("actor", "blocker", "evidence", "left_at", "next_steps", "note", "status")
+    _fields = ("note", "left_at", "actor", "status", "next_steps", "evidence", "blocker")
     note: str
     left_at: str
     actor: str
-    status: str | None = None
-    next_steps: str | None = None
-    evidence: str | None = None
-    blocker: str | None = None
+    status: str | None
+    next_steps: str | None
+    evidence: str | None
+    blocker: str | None
+
+    def __init__(self, note: str, left_at: str, actor: str, status: str | None = None,
+                 next_steps: str | None = None, evidence: str | None = None,
+                 blocker: str | None = None) -> None:
+        self._init(note=note, left_at=left_at, actor=actor, status=status,
+                   next_steps=next_steps, evidence=evidence, blocker=blocker)
 
     def fields(self) -> dict[str, str | None]:
         """The caller-given part (what a handoff commit's trailer carries)."""
@@ -156,12 +201,18 @@ class Handoff:
         )
 
 
-@dataclass(frozen=True)
-class State:
+class State(_Record):
     """Everything working_state.json holds: the key table and the handoff."""
 
-    keys: dict[str, Entry] = field(default_factory=dict)
-    handoff: Handoff | None = None
+    __slots__ = ("handoff", "keys")
+    _fields = ("keys", "handoff")
+    keys: dict[str, Entry]
+    handoff: Handoff | None
+    __hash__ = None  # type: ignore[assignment]  # holds a dict
+
+    def __init__(self, keys: dict[str, Entry] | None = None,
+                 handoff: Handoff | None = None) -> None:
+        self._init(keys=dict(keys or {}), handoff=handoff)
 
     def live(self, now: datetime) -> dict[str, Entry]:
         """Entries that have not expired at ``now``: the ones a wake-up sees."""
@@ -173,10 +224,10 @@ class State:
             keys.pop(key, None)
         else:
             keys[key] = entry
-        return replace(self, keys=keys)
+        return State(keys, self.handoff)
 
     def with_handoff(self, handoff: Handoff | None) -> State:
-        return replace(self, handoff=handoff)
+        return State(self.keys, handoff)
 
     def to_dict(self) -> dict[str, Any]:
         return {

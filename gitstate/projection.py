@@ -23,10 +23,14 @@ from .trailers import NotAGitstateCommit, parse_message
 
 
 class _Commit(Protocol):
-    id: str
-    parents: tuple[str, ...]
-    time: int
-    message: bytes
+    @property
+    def id(self) -> str: ...
+    @property
+    def parents(self) -> tuple[str, ...]: ...
+    @property
+    def time(self) -> int: ...
+    @property
+    def message(self) -> bytes: ...
 
 
 class _Walker(Protocol):
@@ -142,7 +146,8 @@ class Projection:
         return pending
 
     def append(self, records: Iterable[dict[str, Any]]) -> None:
-        """Append records with one write and an fsync; a torn tail is cut first."""
+        """Append records with one write; a torn tail is cut first. No fsync: the file is
+        a cache of the log, caught up from git after a crash."""
         data = b"".join(_line(r) for r in records)
         if not data:
             return
@@ -150,7 +155,6 @@ class Projection:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, data)
-            os.fsync(fd)
         finally:
             os.close(fd)
 

@@ -8,6 +8,7 @@ commit with compare-and-swap, then refresh the working tree and the projection.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,8 +28,8 @@ from .errors import (
     UsageError,
 )
 from .model import EMPTY, STATE_FILE, Entry, Handoff, Scalar, State, format_time
-from .projection import Projection
-from .render import key_line, key_lines_bytes, ordered_live, render
+from .projection import Projection, record
+from .render import key_line, key_lines_bytes, render
 from .store import GitStore
 from .trailers import Change
 
@@ -320,8 +321,9 @@ class StateRepo:
                 state = self.state_at(base)
                 now = self.now()
                 new_state, change, result = mutate(state, now)
+                data = new_state.to_bytes()
                 commit = self.store.commit(
-                    base, {STATE_FILE: new_state.to_bytes()}, change.message(),
+                    base, {STATE_FILE: data}, change.message(),
                     _identity(self.config), int(now.timestamp()), self._tz_offset(now))
                 if commit is None:
                     continue  # main moved under us (a writer outside gitstate): start over
@@ -329,8 +331,13 @@ class StateRepo:
                 # repaired by the next operation, never retried as a second commit.
                 self._cache = (commit, new_state)
                 try:
-                    self.store.checkout(commit)
-                    self.projection.catch_up(self.store, commit)
+                    self.store.checkout(commit, {STATE_FILE: data})
+                    info = self.store.last_commit
+                    if info is not None and info.id == commit and \
+                            self.projection.last_commit() == base:
+                        self.projection.append([record(info)])
+                    else:
+                        self.projection.catch_up(self.store, commit)
                 except Exception as exc:
                     warnings.append(f"committed {commit[:12]}, but refreshing the working tree "
                                     f"or history failed ({exc}); the next operation repairs it")
@@ -345,8 +352,11 @@ class StateRepo:
     def _recover_locked(self) -> list[str]:
         """Under the lock: repair a killed writer's leftovers; keep hand edits aside."""
         head = self.head()
-        status = self.store.worktree_status(head)
         warnings: list[str] = []
+        if self.store.worktree_matches_stamp(head):
+            self.projection.catch_up(self.store, head)
+            return warnings
+        status = self.store.worktree_status(head)
         if status.hand_edited:
             saved = self._save_hand_edits(status.hand_edited)
             warnings += [f"{name} had been edited by hand; the edit was kept at {path} and the "
@@ -435,8 +445,14 @@ class StateRepo:
 
 def _section_bytes(state: State, now: datetime) -> int:
     """The largest size of the key lines over every locale (time zone does not change it)."""
-    entries = ordered_live(state, now)
-    return max(key_lines_bytes(key_line(k, e, loc, UTC) for k, e in entries) for loc in LOCALES)
+    live = state.live(now).items()
+    return max(sum(_line_bytes(k, e, loc) for k, e in live) for loc in LOCALES)
+
+
+@functools.lru_cache(maxsize=4096)
+def _line_bytes(key: str, entry: Entry, locale: str) -> int:
+    # Entries are immutable, so a line's size is computed once, not on every write.
+    return key_lines_bytes([key_line(key, entry, locale, UTC)])
 
 
 def _identity(config: Config) -> bytes:

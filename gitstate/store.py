@@ -22,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
+import io
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -31,7 +33,7 @@ from typing import TypeVar
 
 from dulwich.errors import NotGitRepository
 from dulwich.file import FileLocked
-from dulwich.index import index_entry_from_stat
+from dulwich.index import index_entry_from_stat, write_index_dict
 from dulwich.objects import Blob, Commit, ObjectID, Tree
 from dulwich.refs import Ref
 from dulwich.repo import Repo
@@ -86,6 +88,10 @@ class GitStore:
             ) from exc
         # dulwich leaves loose objects un-fsynced by default (invariant 4).
         self.repo.object_store.fsync_object_files = True
+        # commit id -> (parent ids, file name -> blob id): commits are immutable, so the few
+        # most recent ones are kept to spare re-reading objects on every write.
+        self._known: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {}
+        self.last_commit: CommitInfo | None = None
 
     # -- creation -------------------------------------------------------------------------
 
@@ -191,7 +197,23 @@ class GitStore:
 
     def file_ids(self, commit: str) -> dict[str, str]:
         """File name -> blob id at ``commit``."""
-        return {e.path.decode(): e.sha.decode() for e in self._tree(commit).iteritems()}
+        known = self._known.get(commit)
+        if known is not None:
+            return dict(known[1])
+        ids = {e.path.decode(): e.sha.decode() for e in self._tree(commit).iteritems()}
+        self._remember(commit, tuple(p.decode() for p in self._commit(commit).parents), ids)
+        return dict(ids)
+
+    def parents(self, commit: str) -> tuple[str, ...]:
+        known = self._known.get(commit)
+        if known is not None:
+            return known[0]
+        return tuple(p.decode() for p in self._commit(commit).parents)
+
+    def _remember(self, commit: str, parents: tuple[str, ...], ids: dict[str, str]) -> None:
+        if len(self._known) >= 8:
+            self._known.pop(next(iter(self._known)))
+        self._known[commit] = (parents, ids)
 
     def commit_info(self, commit: str) -> CommitInfo:
         obj = self._commit(commit)
@@ -241,8 +263,8 @@ class GitStore:
         if main still equals ``base``. Returns the new id, or None when main moved."""
         tree = Tree()
         if base is not None:
-            for entry in self._tree(base).iteritems():
-                tree.add(entry.path, entry.mode, entry.sha)
+            for name, blob_id in self.file_ids(base).items():
+                tree.add(name.encode(), FILE_MODE, ObjectID(blob_id.encode()))
         new_objects: list[Blob | Tree | Commit] = []
         for name, data in files.items():
             if data is None:
@@ -272,7 +294,12 @@ class GitStore:
         if not moved:
             return None
         self._fsync_dirs({str(self.git_dir / "refs" / "heads")})
-        return commit.id.decode()
+        new_id = commit.id.decode()
+        self._remember(new_id, (base,) if base else (),
+                       {e.path.decode(): e.sha.decode() for e in tree.iteritems()})
+        self.last_commit = CommitInfo(new_id, (base,) if base else (), when, message,
+                                      identity.decode("utf-8", "replace"))
+        return new_id
 
     @staticmethod
     def _fsync_dirs(dirs: set[str]) -> None:
@@ -285,37 +312,54 @@ class GitStore:
             finally:
                 os.close(fd)
 
-    def checkout(self, commit: str) -> None:
-        """Make the working tree, the index and the stamp equal ``commit``."""
+    def checkout(self, commit: str, contents: dict[str, bytes] | None = None) -> None:
+        """Make the working tree, the index and the stamp equal ``commit``. ``contents``
+        may hold file bytes the caller already has, to spare reading them back."""
         ids = self.file_ids(commit)
-        index = self.repo.open_index()
+        entries = {}
         for name, blob_id in ids.items():
             target = self.path / name
             if _file_blob_id(target) != blob_id:
-                data = self.read_file(commit, name)
+                data = (contents or {}).get(name) or self.read_file(commit, name)
                 assert data is not None
                 atomic_write(target, data)
-            index[name.encode()] = index_entry_from_stat(
+            entries[name.encode()] = index_entry_from_stat(
                 os.stat(target), ObjectID(blob_id.encode()), FILE_MODE)
-        for name_b in list(index.paths()):
-            name = name_b.decode()
-            if name not in ids:
-                del index[name_b]
-                with contextlib.suppress(FileNotFoundError):
-                    (self.path / name).unlink()
-        self._stale_lock_safe(index.write)
+        parents = self.parents(commit)
+        for name in (self.file_ids(parents[0]) if parents else {}).keys() - ids.keys():
+            with contextlib.suppress(FileNotFoundError):
+                (self.path / name).unlink()  # a file this commit deleted
+        # The index only makes `git status` agree; it is a cache of HEAD, so it is written
+        # without fsync (dulwich's Index.write always fsyncs).
+        buf = io.BytesIO()
+        write_index_dict(buf, entries, version=2)
+        raw = buf.getvalue()
+        atomic_write(self.git_dir / "index", raw + hashlib.sha1(raw).digest(), fsync=False)
         from .model import STATE_FILE
 
         stamp = f"{commit} {ids.get(STATE_FILE, '')}\n".encode()
         atomic_write(self.git_dir / STAMP_FILE, stamp, fsync=False)
 
+    def worktree_matches_stamp(self, commit: str) -> bool:
+        """The cheap check (the render fast path's): the stamp names ``commit`` and the
+        working tree file hashes to the stamped blob."""
+        from .model import STATE_FILE
+
+        try:
+            stamp_commit, _, blob = (self.git_dir / STAMP_FILE).read_text("ascii").split()
+        except (FileNotFoundError, ValueError, UnicodeDecodeError):
+            return False
+        ids = self.file_ids(commit)
+        return (stamp_commit == commit and set(ids) == {STATE_FILE}
+                and ids[STATE_FILE] == blob and _file_blob_id(self.path / STATE_FILE) == blob)
+
     def worktree_status(self, commit: str) -> WorktreeStatus:
         """Compare the working tree with ``commit``; tell leftovers from hand edits."""
         ids = self.file_ids(commit)
         parent_ids: dict[str, str] = {}
-        info = self.commit_info(commit)
-        if info.parents:
-            parent_ids = self.file_ids(info.parents[0])
+        parents = self.parents(commit)
+        if parents:
+            parent_ids = self.file_ids(parents[0])
         differing = []
         leftover = False
         for name, blob_id in ids.items():
