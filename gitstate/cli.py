@@ -212,16 +212,27 @@ def _get_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+AT_HELP = ("The state a wake-up saw at this ISO 8601 time, or at this revision (a commit "
+           "id, HEAD~N), with expiry evaluated at that moment.")
+
+
 @cli.command()
 @click.option("--now", help="Evaluate expiry at this ISO 8601 time.")
+@click.option("--at", "at", help=AT_HELP)
 @click.option("--history", "history_n", type=click.IntRange(0, 1000), default=20,
               show_default=True, help="How many recent changes to include.")
 @json_option
 @click.pass_obj
-def get(obj: Ctx, now: str | None, history_n: int, as_json: bool) -> None:
+def get(obj: Ctx, now: str | None, at: str | None, history_n: int, as_json: bool) -> None:
     """Show everything: keys (expired ones marked), the handoff, recent history."""
     with obj.repo() as repo:
-        data = repo.get(now=_now(now), history=history_n)
+        commit, moment = None, _now(now)
+        if at is not None:
+            from .audit import resolve_at
+
+            commit, at_moment = resolve_at(repo, at)
+            moment = moment or at_moment
+        data = repo.get(now=moment, history=history_n, commit=commit)
     for warning in data["warnings"]:
         click.echo(f"gitstate: warning: {warning}", err=True)
     _emit(data, as_json, _get_text(data))
@@ -231,14 +242,22 @@ def get(obj: Ctx, now: str | None, history_n: int, as_json: bool) -> None:
 @click.option("--locale", type=click.Choice(["zh-TW", "en", "ja"]),
               help="Section language (default: [gitstate] locale, zh-TW).")
 @click.option("--now", help="Render as a wake-up at this ISO 8601 time would see it.")
+@click.option("--at", "at", help=AT_HELP)
 @click.pass_obj
-def render(obj: Ctx, locale: str | None, now: str | None) -> None:
+def render(obj: Ctx, locale: str | None, now: str | None, at: str | None) -> None:
     """Print the section injected into a wake-up, and nothing else.
 
     Empty state (or [memory] working_state_enabled = false) prints nothing at all.
     """
     from .fastpath import section
 
+    if at is not None:
+        from .audit import resolve_at
+
+        with obj.repo() as repo:
+            commit, moment = resolve_at(repo, at)
+            sys.stdout.write(repo.render(now=_now(now) or moment, locale=locale, commit=commit))
+        return
     text, warnings = section(obj.agent_dir, locale=locale, now=_now(now))
     for warning in warnings:
         click.echo(f"gitstate: warning: {warning}", err=True)
@@ -254,6 +273,11 @@ def demo(keep: bool, demo_dir: Path | None) -> None:
     from .demo import run_demo
 
     run_demo(demo_dir, keep=keep)
+
+
+from . import cli_audit  # noqa: E402  (registers the auditor's commands on `cli`)
+
+_ = cli_audit
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -63,8 +63,10 @@ def record(info: _Commit) -> dict[str, Any]:
         "reverts": change.reverts,
         "request": change.request,
     }
-    if change.handoff is not None:
+    if change.handoff is not None or change.op == "handoff":
         out["handoff"] = change.handoff
+    if change.adopt is not None:
+        out["adopt"] = change.adopt
     return out
 
 
@@ -103,6 +105,36 @@ class Projection:
             with contextlib.suppress(ValueError):
                 out.append(json.loads(raw))
         return out
+
+    def newest_first(self, contains: bytes | None = None) -> Iterator[dict[str, Any]]:
+        """Records newest first, reading the file backwards in chunks; with ``contains``, only
+        lines holding those bytes are parsed (a cheap pre-filter for per-key queries)."""
+        try:
+            f = self.path.open("rb")
+        except FileNotFoundError:
+            return
+        with f:
+            pos = f.seek(0, os.SEEK_END)
+            tail = b""
+            first = True
+            while pos > 0:
+                step = min(65536, pos)
+                pos -= step
+                f.seek(pos)
+                block = f.read(step) + tail
+                lines = block.split(b"\n")
+                tail = lines[0]
+                complete = lines[1:]
+                if first:
+                    complete = complete[:-1]  # b"" after the final newline, or a torn line
+                    first = False
+                for raw in reversed(complete):
+                    if raw and (contains is None or contains in raw):
+                        with contextlib.suppress(ValueError):
+                            yield json.loads(raw)
+            if tail and not first and (contains is None or contains in tail):
+                with contextlib.suppress(ValueError):
+                    yield json.loads(tail)
 
     def last_commit(self) -> str | None:
         newest = self.tail(1)

@@ -8,9 +8,10 @@ commit with compare-and-swap, then refresh the working tree and the projection.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,6 +21,7 @@ from . import rules
 from .config import LOCALES, Config, load_config, resolve_tz
 from .errors import (
     CasMismatch,
+    HistoryRewritten,
     InvalidInput,
     KeyCapReached,
     NotInitialized,
@@ -60,9 +62,13 @@ class WriteResult:
     live_keys: int = 0
     max_keys: int = 0
     warnings: list[str] = field(default_factory=list)
+    reverted: str | None = None
+    overridden: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "reverted": self.reverted,
+            "overridden": self.overridden,
             "ok": True,
             "op": self.op,
             "commit": self.commit,
@@ -107,6 +113,18 @@ class StateRepo:
         self._cache: tuple[str, State] | None = None
         if self.store.head() is None:
             raise NotInitialized(f"{self.state_dir} has no commit on main; run `gitstate init`")
+        self._catch_up_projection()
+
+    def _catch_up_projection(self) -> None:
+        """Repair the projection on open when it is behind (only if no write is running;
+        a rewritten history is left for `verify` to report, never silently accepted)."""
+        head = self.head()
+        if self.projection.last_commit() == head:
+            return
+        with self.store.try_lock() as locked:
+            if locked:
+                with contextlib.suppress(HistoryRewritten):
+                    self.projection.catch_up(self.store, head)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -183,16 +201,37 @@ class StateRepo:
         """The newest ``n`` changes, newest first, from the projection (caught up in memory
         when it is behind, without taking the write lock)."""
         head = self.head()
-        pending = self.projection.missing(self.store, head)
+        try:
+            pending = self.projection.missing(self.store, head)
+        except HistoryRewritten:  # get still answers from git; verify and writes report it
+            return [record(info) for info, _ in zip(self.store.walk(head), range(n),
+                                                    strict=False)]
         newest = list(reversed(pending))[:n]
         if len(newest) < n:
             newest += self.projection.tail(n - len(newest))
         return newest
 
-    def get(self, now: datetime | None = None, history: int = HISTORY_IN_GET) -> dict[str, Any]:
-        """Everything: keys (expired marked), handoff, recent history, HEAD, count, cap."""
+    def history_iter(self, contains: bytes | None = None) -> Iterator[dict[str, Any]]:
+        """Every change newest first: commits the projection lacks, then the projection."""
+        pending = self.projection.missing(self.store, self.head())
+        yield from reversed(pending)
+        yield from self.projection.newest_first(contains)
+
+    def full_history(self) -> list[dict[str, Any]]:
+        """Every change, oldest first."""
+        return self.projection.all() + self.projection.missing(self.store, self.head())
+
+    def rebuild_history(self) -> int:
+        """Rewrite the projection from git alone (also accepts a rewritten branch)."""
+        with self._mutex, self.store.lock():
+            return self.projection.rebuild(self.store, self.head())
+
+    def get(self, now: datetime | None = None, history: int = HISTORY_IN_GET,
+            commit: str | None = None) -> dict[str, Any]:
+        """Everything: keys (expired marked), handoff, recent history, HEAD, count, cap.
+        With ``commit``, the state as of that commit (``--at``)."""
         with self._mutex:
-            head = self.head()
+            head = commit or self.head()
             state = self.state_at(head)
             moment = now or self.now()
             live = state.live(moment)
@@ -204,22 +243,43 @@ class StateRepo:
                     for k, e in sorted(state.keys.items())
                 },
                 "handoff": state.handoff.to_dict() if state.handoff else None,
-                "history": self.history(history),
+                "history": self.history(history) if commit is None else
+                self._history_from(commit, history),
                 "live_keys": len(live),
                 "max_keys": self.config.max_keys,
                 "section_bytes": _section_bytes(state, moment),
                 "section_max_bytes": self.config.section_max_bytes,
-                "warnings": self.worktree_warnings(),
+                "warnings": (self.worktree_warnings() + self._rewrite_warnings())
+                if commit is None else [],
             }
 
-    def render(self, now: datetime | None = None, locale: str | None = None) -> str:
-        """The section for a wake-up at ``now``; empty when injection is disabled."""
+    def _rewrite_warnings(self) -> list[str]:
+        try:
+            self.projection.missing(self.store, self.head())
+        except HistoryRewritten as exc:
+            return [exc.message]
+        return []
+
+    def _history_from(self, commit: str, n: int) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for rec in self.history_iter():
+            if out or rec["commit"] == commit:
+                out.append(rec)
+                if len(out) >= n:
+                    break
+        return out
+
+    def render(self, now: datetime | None = None, locale: str | None = None,
+               commit: str | None = None) -> str:
+        """The section for a wake-up at ``now`` (of the state at ``commit``, default HEAD);
+        empty when injection is disabled."""
         if not self.config.enabled:
             return ""
         locale = locale or self.config.locale
         if locale not in LOCALES:
             raise UsageError(f"locale must be one of {', '.join(LOCALES)}", rule="usage.locale")
-        return render(self.state(), now or self.now(), locale, resolve_tz(self.config.timezone))
+        state = self.state_at(commit) if commit else self.state()
+        return render(state, now or self.now(), locale, resolve_tz(self.config.timezone))
 
     # -- writing --------------------------------------------------------------------------
 
@@ -311,11 +371,59 @@ class StateRepo:
 
         return self._write(mutate)
 
+    def revert(self, commit: str, reason: str, *, force: bool = False,
+               actor: str | None = None) -> WriteResult:
+        """Undo what ``commit`` changed, as one new commit; refused where the keys no longer
+        hold that commit's values, unless ``force``."""
+        from .revert import plan_revert
+
+        reason = rules.check_reason(reason)
+        who = rules.check_actor(actor or self.actor)
+        info = self.store.commit_info(commit)
+        before = self.state_at(info.parents[0]) if info.parents else EMPTY
+        after = self.state_at(commit)
+
+        def mutate(state: State, now: datetime) -> tuple[State, Change, WriteResult]:
+            plan = plan_revert(info, before, after, state, now, reason, who, force)
+            for key in plan.recreated:
+                self._check_new_key(state, key, now)
+            self._check_section(plan.state, now)
+            result = WriteResult("revert", "", key=plan.change.key, reverted=commit,
+                                 overridden=plan.conflicts)
+            return plan.state, plan.change, result
+
+        return self._write(mutate)
+
+    def adopt(self, reason: str | None = None, *, discard: bool = False,
+              actor: str | None = None) -> WriteResult | dict[str, Any]:
+        """Turn a hand edit of working_state.json into one audited commit, validated like
+        any write; with ``discard``, move the edit aside and restore HEAD instead."""
+        from .revert import plan_adopt
+
+        who = rules.check_actor(actor or self.actor)
+        if discard:
+            with self._mutex, self.store.lock():
+                status = self.store.worktree_status(self.head())
+                saved = self._save_hand_edits(status.hand_edited)
+                self.store.checkout(self.head())
+                return {"ok": True, "op": "discard", "kept": [str(p) for _, p in saved]}
+        reason = rules.check_reason(reason)
+
+        def mutate(state: State, now: datetime) -> tuple[State, Change, WriteResult]:
+            edited = (self.state_dir / STATE_FILE).read_bytes()
+            plan = plan_adopt(state, edited, now, reason, who, self.config)
+            for key in plan.recreated:
+                self._check_new_key(state, key, now)
+            self._check_section(plan.state, now)
+            return plan.state, plan.change, WriteResult("adopt", "")
+
+        return self._write(mutate, keep_hand_edits=True)
+
     # -- the write path -------------------------------------------------------------------
 
-    def _write(self, mutate: Mutation) -> WriteResult:
+    def _write(self, mutate: Mutation, keep_hand_edits: bool = False) -> WriteResult:
         with self._mutex, self.store.lock(), self.store.writing():
-            warnings = self._recover_locked()
+            warnings = self._recover_locked(keep_hand_edits)
             for _ in range(5):
                 base = self.head()
                 state = self.state_at(base)
@@ -349,14 +457,21 @@ class StateRepo:
         raise StoreError("main kept moving while writing; another tool is writing this "
                          "repository", rule="store.contention")
 
-    def _recover_locked(self) -> list[str]:
+    def _recover_locked(self, keep_hand_edits: bool = False) -> list[str]:
         """Under the lock: repair a killed writer's leftovers; keep hand edits aside."""
         head = self.head()
         warnings: list[str] = []
-        if self.store.worktree_matches_stamp(head):
+        clean = self.store.worktree_matches_stamp(head)
+        status = None if clean else self.store.worktree_status(head)
+        if keep_hand_edits:
+            if status is None or not status.hand_edited:
+                raise InvalidInput("working_state.json has no hand edit to adopt",
+                                   rule="adopt.nothing")
             self.projection.catch_up(self.store, head)
             return warnings
-        status = self.store.worktree_status(head)
+        if status is None:
+            self.projection.catch_up(self.store, head)
+            return warnings
         if status.hand_edited:
             saved = self._save_hand_edits(status.hand_edited)
             warnings += [f"{name} had been edited by hand; the edit was kept at {path} and the "

@@ -114,6 +114,20 @@ class GitStore:
     # -- locking --------------------------------------------------------------------------
 
     @contextlib.contextmanager
+    def try_lock(self) -> Iterator[bool]:
+        """The write lock if it is free right now; yields whether it was taken."""
+        fd = os.open(self.git_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
     def lock(self, timeout: float = 60.0) -> Iterator[None]:
         """The kernel write lock: released by the kernel when its holder dies."""
         fd = os.open(self.git_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -381,6 +395,16 @@ class GitStore:
         for p in self.path.glob(".*.tmp"):
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
+
+    def patch(self, commit: str) -> str:
+        """The raw git diff of ``commit`` against its first parent."""
+        from dulwich.patch import write_tree_diff
+
+        obj = self._commit(commit)
+        old_tree = self._commit(obj.parents[0].decode()).tree if obj.parents else None
+        out = io.BytesIO()
+        write_tree_diff(out, self.repo.object_store, old_tree, obj.tree)
+        return out.getvalue().decode("utf-8", "replace")
 
     def object_problems(self) -> list[str]:
         """Objects whose content does not hash to their name (a corrupted store)."""

@@ -40,6 +40,7 @@ class Change:
     handoff: dict[str, Any] | None = None
     reverts: str | None = None
     request: str | None = None
+    adopt: dict[str, Any] | None = None
     extra: tuple[tuple[str, str], ...] = ()
 
     def trailers(self) -> list[tuple[str, str]]:
@@ -51,6 +52,8 @@ class Change:
                 out.append(("Expires", self.expires_at or "none"))
         if self.handoff is not None or self.op == "handoff":
             out.append(("Handoff", encode_json(self.handoff)))
+        if self.adopt is not None:
+            out.append(("Adopt", encode_json(self.adopt)))
         out.append(("Actor", self.actor))
         if self.reverts:
             out.append(("Reverts", self.reverts))
@@ -102,6 +105,7 @@ def parse_message(message: bytes) -> Change:
             handoff=json.loads(fields["Handoff"]) if "Handoff" in fields else None,
             reverts=fields.get("Reverts"),
             request=json.loads(fields["Request"]) if "Request" in fields else None,
+            adopt=json.loads(fields["Adopt"]) if "Adopt" in fields else None,
             extra=tuple(extra),
         )
     except json.JSONDecodeError as exc:
@@ -109,4 +113,4 @@ def parse_message(message: bytes) -> Change:
 
 
 _KNOWN = {"Op", "Key", "Old", "New", "Expires", "Handoff", "Actor", "Reverts", "Request",
-          "Version"}
+          "Adopt", "Version"}

@@ -1,0 +1,284 @@
+"""The auditor's read-only views: log, show, diff, blame, point-in-time state, verify.
+
+All of them read the projection (the log as JSONL) and trailers, never re-diff trees, except
+``show --patch``, which asks the store for the raw git diff of one commit, and ``verify``,
+which re-derives everything from git to compare.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from .errors import HistoryRewritten, UsageError
+from .model import STATE_FILE, Handoff, State, parse_time
+from .projection import record
+from .replay import ReplayError, apply_change
+from .trailers import NotAGitstateCommit, parse_message
+
+if TYPE_CHECKING:
+    from .repo import StateRepo
+
+_REL = re.compile(r"(?P<base>HEAD|main|@)?(?P<ops>(?:[~^][0-9]*)*)")
+_HEX = re.compile(r"[0-9a-f]{4,40}")
+
+
+def resolve(repo: StateRepo, rev: str) -> str:
+    """A full commit id for ``rev``: a full or abbreviated id, HEAD, main, HEAD~N, HEAD^."""
+    rev = rev.strip()
+    base, ops = rev, ""
+    match = _REL.fullmatch(rev)
+    if match and (match.group("base") or match.group("ops")):
+        base, ops = match.group("base") or "HEAD", match.group("ops")
+    if base in ("HEAD", "main", "@"):
+        commit = repo.head()
+    elif _HEX.fullmatch(base.lower()):
+        commit = _by_prefix(repo, base.lower())
+    else:
+        raise UsageError(f"cannot read revision {rev!r}: use a commit id, HEAD or HEAD~N",
+                         rule="usage.rev")
+    for op in re.findall(r"[~^][0-9]*", ops):
+        steps = int(op[1:]) if op[1:] else 1
+        if op[0] == "^" and steps != 1:
+            raise UsageError("only first parents exist in a gitstate history",
+                             rule="usage.rev")
+        for _ in range(steps):
+            parents = repo.store.parents(commit)
+            if not parents:
+                raise UsageError(f"{rev!r} goes past the first commit", rule="usage.rev")
+            commit = parents[0]
+    return commit
+
+
+def _by_prefix(repo: StateRepo, prefix: str) -> str:
+    if len(prefix) == 40:
+        repo.store.commit_info(prefix)  # raises when missing
+        return prefix
+    found = {r["commit"] for r in repo.full_history() if r["commit"].startswith(prefix)}
+    if len(found) == 1:
+        return str(found.pop())
+    if not found:
+        raise UsageError(f"no commit starts with {prefix!r}", rule="usage.rev")
+    raise UsageError(f"{prefix!r} is ambiguous: {', '.join(sorted(found)[:5])}",
+                     rule="usage.rev")
+
+
+def commit_at(repo: StateRepo, moment: datetime) -> str:
+    """The commit that was HEAD at ``moment``: the newest in the chain made at or before it."""
+    stamp = moment.astimezone(UTC)
+    for rec in repo.history_iter():
+        if parse_time(rec["time"]) <= stamp:
+            return str(rec["commit"])
+    raise UsageError(f"no state existed yet at {moment.isoformat()}", rule="usage.at")
+
+
+def resolve_at(repo: StateRepo, at: str) -> tuple[str, datetime]:
+    """``--at TIME|REV``: the commit and the moment to evaluate expiry at."""
+    try:
+        moment = parse_time(at)
+    except ValueError:
+        commit = resolve(repo, at)
+        return commit, datetime.fromtimestamp(repo.store.commit_info(commit).time, UTC)
+    return commit_at(repo, moment), moment
+
+
+def log(repo: StateRepo, key: str | None = None, limit: int | None = None,
+        since: datetime | None = None) -> Iterator[dict[str, Any]]:
+    """Changes newest first, optionally for one key and since a time."""
+    needle = None if key is None else f'"key": "{key}"'.encode()
+    count = 0
+    for rec in repo.history_iter(needle):
+        if key is not None and rec.get("key") != key and key not in (rec.get("adopt") or {}).get(
+                "keys", {}):
+            continue
+        if since is not None and parse_time(rec["time"]) < since:
+            break
+        yield rec
+        count += 1
+        if limit is not None and count >= limit:
+            break
+
+
+def blame(repo: StateRepo) -> dict[str, dict[str, Any]]:
+    """For every current key, the newest change that touched it (which set its value)."""
+    state = repo.state()
+    wanted = set(state.keys)
+    found: dict[str, dict[str, Any]] = {}
+    for rec in repo.history_iter():
+        touched = {rec["key"]} if rec.get("key") else set(
+            (rec.get("adopt") or {}).get("keys", {}))
+        for key in touched & (wanted - found.keys()):
+            found[key] = rec
+        if found.keys() == wanted:
+            break
+    return {k: {**state.keys[k].to_dict(), "commit": found[k]["commit"],
+                "time": found[k]["time"], "actor": found[k]["actor"],
+                "reason": found[k]["reason"], "op": found[k]["op"]}
+            for k in sorted(found)}
+
+
+@dataclass
+class StateDiff:
+    """Key-level differences between two states."""
+
+    added: dict[str, Any] = field(default_factory=dict)
+    removed: dict[str, Any] = field(default_factory=dict)
+    changed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    expiry_changed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    handoff: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"added": self.added, "removed": self.removed, "changed": self.changed,
+                "expiry_changed": self.expiry_changed, "handoff": self.handoff}
+
+    def empty(self) -> bool:
+        return not (self.added or self.removed or self.changed or self.expiry_changed
+                    or self.handoff)
+
+
+def diff_states(a: State, b: State) -> StateDiff:
+    """What changed from ``a`` to ``b``, key by key, and the handoff."""
+    out = StateDiff()
+    for key in sorted(a.keys.keys() | b.keys.keys()):
+        old, new = a.keys.get(key), b.keys.get(key)
+        if old is None and new is not None:
+            out.added[key] = new.to_dict()
+        elif new is None and old is not None:
+            out.removed[key] = old.to_dict()
+        elif old is not None and new is not None:
+            if type(old.value) is not type(new.value) or old.value != new.value:
+                out.changed[key] = {"old": old.to_dict(), "new": new.to_dict()}
+            elif old.expires_at != new.expires_at:
+                out.expiry_changed[key] = {"old": old.expires_at, "new": new.expires_at}
+    if a.handoff != b.handoff:
+        out.handoff = {"old": _ho(a.handoff), "new": _ho(b.handoff)}
+    return out
+
+
+def _ho(handoff: Handoff | None) -> dict[str, Any] | None:
+    return handoff.to_dict() if handoff else None
+
+
+def show(repo: StateRepo, commit: str, patch: bool = False) -> dict[str, Any]:
+    """One commit: its record, its trailers, the key-level change, optionally the diff."""
+    info = repo.store.commit_info(commit)
+    rec = record(info)
+    before = repo.state_at(info.parents[0]) if info.parents else State()
+    after = repo.state_at(commit)
+    out = {**rec, "author": info.author, "changes": diff_states(before, after).to_dict(),
+           "trailers": _trailers(info.message)}
+    if patch:
+        out["patch"] = repo.store.patch(commit)
+    return out
+
+
+def _trailers(message: bytes) -> list[list[str]]:
+    try:
+        return [[f"Gitstate-{n}", v] for n, v in parse_message(message).trailers()]
+    except NotAGitstateCommit:
+        return []
+
+
+# -- verify ------------------------------------------------------------------------------
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str = ""
+    remedy: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"check": self.name, "ok": self.ok, "detail": self.detail,
+                "remedy": self.remedy}
+
+
+def verify(repo: StateRepo, use_git: bool = True) -> list[Check]:
+    """Every integrity check; each failure says what to do about it."""
+    checks: list[Check] = []
+    head = repo.head()
+
+    problems = repo.store.object_problems()
+    checks.append(Check("objects", not problems, "; ".join(problems[:5]),
+                        "restore the named objects from a mirror or backup" if problems else ""))
+    git = shutil.which("git") if use_git else None
+    if git:
+        out = subprocess.run([git, "-C", str(repo.state_dir), "fsck", "--strict",
+                              "--no-dangling"], capture_output=True, text=True, check=False,
+                             env={"PATH": "/usr/bin:/bin", "HOME": str(repo.state_dir),
+                                  "GIT_CONFIG_NOSYSTEM": "1"})
+        bad = out.returncode != 0 or "error" in out.stderr.lower()
+        checks.append(Check("git-fsck", not bad, (out.stdout + out.stderr).strip()[:500],
+                            "restore the repository from a mirror; see the fsck output"
+                            if bad else ""))
+
+    walk = list(repo.store.walk(head))
+    walk.reverse()
+    no_reason = [c.id[:12] for c in walk if not _reason(c.message)]
+    foreign = []
+    state = State()
+    replay_error = ""
+    for c in walk:
+        try:
+            change = parse_message(c.message)
+        except NotAGitstateCommit:
+            foreign.append(c.id[:12])
+            continue
+        try:
+            state = apply_change(state, change, c.time)
+        except (ReplayError, KeyError, TypeError) as exc:
+            replay_error = f"{c.id[:12]}: {exc}"
+            break
+    checks.append(Check("reasons", not no_reason, ", ".join(no_reason[:10]),
+                        "commits without a reason were made outside gitstate; revert them "
+                        "with `gitstate revert`" if no_reason else ""))
+    checks.append(Check("trailers", not foreign, ", ".join(foreign[:10]),
+                        "commits without gitstate trailers were made outside gitstate "
+                        "(e.g. `git commit`); revert them and write through gitstate"
+                        if foreign else ""))
+    head_bytes = repo.store.read_file(head, STATE_FILE) or b""
+    replay_ok = not replay_error and state.to_bytes() == head_bytes
+    checks.append(Check(
+        "replay", replay_ok,
+        replay_error or ("" if replay_ok else "replaying the trailers does not reproduce "
+                         f"{STATE_FILE} at HEAD"),
+        "" if replay_ok else "HEAD's state was changed without matching trailers; find the "
+        "commit with `gitstate log` and revert it"))
+
+    status = repo.store.worktree_status(head)
+    checks.append(Check(
+        "worktree", status.clean,
+        "" if status.clean else ("hand-edited: " + ", ".join(status.hand_edited)
+                                 if status.hand_edited else "left behind by a killed write"),
+        "" if status.clean else ("`gitstate adopt --reason ...` or `gitstate adopt --discard`"
+                                 if status.hand_edited else "any write repairs it")))
+
+    try:
+        repo.projection.missing(repo.store, head)
+        rewritten = ""
+    except HistoryRewritten as exc:
+        rewritten = exc.message
+    checks.append(Check("history-not-rewritten", not rewritten, rewritten,
+                        "the branch was reset or force-moved outside gitstate; compare with "
+                        "`git reflog` and a mirror, then `gitstate history --rebuild` to accept"
+                        if rewritten else ""))
+    expected = [record(c) for c in walk]
+    actual = repo.projection.all()
+    same = actual == expected
+    detail = "" if same else (f"{len(actual)} lines for {len(expected)} commits"
+                              if len(actual) != len(expected) else "lines differ from the log")
+    checks.append(Check("projection", same, detail,
+                        "" if same else "`gitstate history --rebuild`"))
+    return checks
+
+
+def _reason(message: bytes) -> str:
+    try:
+        return parse_message(message).reason.strip()
+    except NotAGitstateCommit:
+        return message.decode("utf-8", "replace").strip()

@@ -1,0 +1,206 @@
+"""The auditor's and operator's commands: log, show, diff, blame, revert, adopt, verify,
+history. Registered on the main click group by importing this module."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from .audit import blame as blame_view
+from .audit import diff_states, resolve
+from .audit import log as log_view
+from .audit import show as show_view
+from .audit import verify as verify_checks
+from .cli import Ctx, _emit, _finish, _now, cli, json_option
+from .errors import Refused, UsageError
+from .model import display_value
+
+
+def _value(v: Any) -> str:
+    return "(absent)" if v is None else display_value(v)
+
+
+def _log_line(rec: dict[str, Any]) -> str:
+    op, key = rec["op"], rec.get("key")
+    if op in ("set", "clear") and key:
+        new = _value(rec["new"]) if op == "set" else "(cleared)"
+        change = f"{key}: {_value(rec['old'])} -> {new}"
+        if rec.get("expires_at"):
+            change += f" (expires {rec['expires_at']})"
+    elif op == "handoff":
+        change = "handoff"
+    elif op == "adopt":
+        change = "adopt " + ", ".join(sorted((rec.get("adopt") or {}).get("keys", {})))
+    else:
+        change = op
+    reverts = f" [reverts {rec['reverts'][:12]}]" if rec.get("reverts") else ""
+    first = (rec.get("reason") or "").splitlines()[0] if rec.get("reason") else ""
+    return f"{rec['time']}  {rec['commit'][:12]}  {change}{reverts}  by {rec['actor']}: {first}"
+
+
+@cli.command()
+@click.option("--key", help="Only changes of this key.")
+@click.option("-n", "limit", type=click.IntRange(1), help="At most N changes.")
+@click.option("--since", help="Only changes at or after this ISO 8601 time.")
+@json_option
+@click.pass_obj
+def log(obj: Ctx, key: str | None, limit: int | None, since: str | None, as_json: bool) -> None:
+    """The supersession chain, newest first: time, key, old -> new, actor, reason.
+
+    With --json, one JSON object per line (the fields of working_state_history.jsonl).
+    """
+    with obj.repo() as repo:
+        for rec in log_view(repo, key=key, limit=limit, since=_now(since)):
+            click.echo(json.dumps(rec, ensure_ascii=False) if as_json else _log_line(rec))
+
+
+@cli.command()
+@click.argument("rev", default="HEAD")
+@click.option("--patch", is_flag=True, help="Also print the raw git diff.")
+@json_option
+@click.pass_obj
+def show(obj: Ctx, rev: str, patch: bool, as_json: bool) -> None:
+    """The change one commit made, key by key (REV: id, abbreviated id, HEAD~N)."""
+    with obj.repo() as repo:
+        data = show_view(repo, resolve(repo, rev), patch=patch)
+    if as_json:
+        _emit(data, True, "")
+        return
+    lines = [f"commit {data['commit']}", f"author {data['author']}",
+             f"time   {data['time']}", f"actor  {data['actor']}", "", data["reason"], ""]
+    lines += _diff_lines(data["changes"])
+    lines += [""] + [f"{n}: {v}" for n, v in data["trailers"]]
+    if patch:
+        lines += ["", data["patch"].rstrip("\n")]
+    click.echo("\n".join(lines))
+
+
+def _diff_lines(d: dict[str, Any]) -> list[str]:
+    out = []
+    for key, e in d["added"].items():
+        out.append(f"+ {key} = {_value(e['value'])}  ({e['reason'].splitlines()[0]})")
+    for key, e in d["removed"].items():
+        out.append(f"- {key} (was {_value(e['value'])})")
+    for key, c in d["changed"].items():
+        out.append(f"~ {key}: {_value(c['old']['value'])} -> {_value(c['new']['value'])}  "
+                   f"({c['new']['reason'].splitlines()[0]})")
+    for key, c in d["expiry_changed"].items():
+        out.append(f"~ {key}: expiry {c['old'] or 'none'} -> {c['new'] or 'none'}")
+    if d["handoff"]:
+        new = d["handoff"]["new"]
+        out.append(f"~ handoff: {new['note'] if new else '(removed)'}")
+    return out or ["(no key-level change)"]
+
+
+@cli.command()
+@click.argument("rev_a")
+@click.argument("rev_b", default="HEAD")
+@json_option
+@click.pass_obj
+def diff(obj: Ctx, rev_a: str, rev_b: str, as_json: bool) -> None:
+    """Key-level differences between the states at REV_A and REV_B (default HEAD)."""
+    with obj.repo() as repo:
+        a, b = resolve(repo, rev_a), resolve(repo, rev_b)
+        d = diff_states(repo.state_at(a), repo.state_at(b)).to_dict()
+    _emit({"from": a, "to": b, **d}, as_json, "\n".join(_diff_lines(d)))
+
+
+@cli.command()
+@json_option
+@click.pass_obj
+def blame(obj: Ctx, as_json: bool) -> None:
+    """For every current key: the commit that set its value, when, who and why."""
+    with obj.repo() as repo:
+        data = blame_view(repo)
+    text = "\n".join(f"{k}  = {_value(e['value'])}  {e['commit'][:12]} {e['time']} "
+                     f"{e['actor']}: {e['reason'].splitlines()[0]}" for k, e in data.items())
+    _emit(data, as_json, text or "(no keys)")
+
+
+@cli.command()
+@click.argument("rev", required=False)
+@click.option("--key", help="Revert the latest change of this key instead of REV.")
+@click.option("--reason", "-r", required=True, help="Why: becomes the commit message.")
+@click.option("--force", is_flag=True, help="Revert even where keys changed since REV.")
+@json_option
+@click.pass_obj
+def revert(obj: Ctx, rev: str | None, key: str | None, reason: str, force: bool,
+           as_json: bool) -> None:
+    """Undo what one commit changed, as a new commit (history is never rewritten).
+
+    Refused (exit 1, listing the conflicts) where keys no longer hold REV's values.
+    """
+    if (rev is None) == (key is None):
+        raise UsageError("give either REV or --key KEY", rule="usage.revert")
+    with obj.repo() as repo:
+        if key is not None:
+            latest = next(log_view(repo, key=key, limit=1), None)
+            if latest is None:
+                raise Refused(f"{key!r} has no change to revert", rule="revert.no_change")
+            commit = str(latest["commit"])
+        else:
+            commit = resolve(repo, rev or "HEAD")
+        result = repo.revert(commit, reason, force=force).to_dict()
+    for c in result["overridden"]:
+        held = (c.get("current") or {}).get("value", c.get("current"))
+        click.echo(f"gitstate: warning: --force overrode {c['key'] or 'the handoff'} "
+                   f"(it held {_value(held) if not isinstance(held, dict) else held})",
+                   err=True)
+    _emit(result, as_json, f"{result['commit'][:12]} reverted {commit[:12]}")
+
+
+@cli.command()
+@click.option("--reason", "-r", help="Why the hand edit is right (required unless --discard).")
+@click.option("--discard", is_flag=True, help="Move the hand edit aside and restore HEAD.")
+@json_option
+@click.pass_obj
+def adopt(obj: Ctx, reason: str | None, discard: bool, as_json: bool) -> None:
+    """Commit a hand edit of working_state.json as one audited, validated change."""
+    if not discard and not reason:
+        raise UsageError("--reason is required to adopt a hand edit", rule="usage.reason")
+    with obj.repo() as repo:
+        result = repo.adopt(reason, discard=discard)
+    if isinstance(result, dict):
+        _emit(result, as_json, "hand edit moved aside to " + ", ".join(result["kept"]))
+    else:
+        _finish(result.to_dict(), as_json)
+
+
+@cli.command()
+@click.option("--no-git", is_flag=True, help="Skip `git fsck` even when git is installed.")
+@json_option
+@click.pass_obj
+def verify(obj: Ctx, no_git: bool, as_json: bool) -> None:
+    """Check objects, working tree, projection, trailer replay, reasons, rewritten history.
+
+    Exit 1 when any check fails; each failure says what to do.
+    """
+    with obj.repo() as repo:
+        checks = verify_checks(repo, use_git=not no_git)
+    ok = all(c.ok for c in checks)
+    if as_json:
+        _emit({"ok": ok, "checks": [c.to_dict() for c in checks]}, True, "")
+    else:
+        for c in checks:
+            mark = "ok  " if c.ok else "FAIL"
+            click.echo(f"{mark} {c.name}" + (f": {c.detail}" if c.detail else ""))
+            if not c.ok:
+                click.echo(f"     -> {c.remedy}")
+    if not ok:
+        failed = ", ".join(c.name for c in checks if not c.ok)
+        raise Refused(f"verify failed: {failed}", rule="verify.failed")
+
+
+@cli.command()
+@click.option("--rebuild", is_flag=True, help="Rewrite working_state_history.jsonl from git.")
+@click.pass_obj
+def history(obj: Ctx, rebuild: bool) -> None:
+    """Maintain the JSONL projection of the log (see also `gitstate log`)."""
+    with obj.repo() as repo:
+        if rebuild:
+            count = repo.rebuild_history()
+            click.echo(f"rebuilt {repo.projection.path} from {count} commits")
+        else:
+            click.echo(str(repo.projection.path))
