@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .errors import HistoryRewritten, UsageError
+from .errors import HistoryRewritten, StoreError, UsageError
 from .model import STATE_FILE, Handoff, State, parse_time
 from .projection import record
 from .replay import ReplayError, apply_change
@@ -202,7 +202,17 @@ def verify(repo: StateRepo, use_git: bool = True) -> list[Check]:
     """Every integrity check; each failure says what to do about it."""
     checks: list[Check] = []
     head = repo.head()
+    checks += _object_checks(repo, use_git)
+    try:
+        checks += _history_checks(repo, head)
+    except StoreError as exc:
+        checks.append(Check("history-readable", False, exc.message,
+                            "restore the damaged objects (see `objects`) from a mirror"))
+    return checks
 
+
+def _object_checks(repo: StateRepo, use_git: bool) -> list[Check]:
+    checks = []
     problems = repo.store.object_problems()
     checks.append(Check("objects", not problems, "; ".join(problems[:5]),
                         "restore the named objects from a mirror or backup" if problems else ""))
@@ -216,6 +226,11 @@ def verify(repo: StateRepo, use_git: bool = True) -> list[Check]:
         checks.append(Check("git-fsck", not bad, (out.stdout + out.stderr).strip()[:500],
                             "restore the repository from a mirror; see the fsck output"
                             if bad else ""))
+    return checks
+
+
+def _history_checks(repo: StateRepo, head: str) -> list[Check]:
+    checks = []
 
     walk = list(repo.store.walk(head))
     walk.reverse()

@@ -205,8 +205,13 @@ class GitStore:
             _, sha = tree[name.encode()]
         except KeyError:
             return None
-        blob = self.repo.object_store[sha]
-        assert isinstance(blob, Blob)
+        try:
+            blob = self.repo.object_store[sha]
+        except Exception as exc:
+            raise StoreError(f"blob {sha.decode()} at {commit} is unreadable ({exc})",
+                             rule="store.corrupt_object") from exc
+        if not isinstance(blob, Blob):
+            raise StoreError(f"{sha.decode()} is not a blob", rule="store.corrupt_object")
         return blob.as_raw_string()
 
     def file_ids(self, commit: str) -> dict[str, str]:
@@ -253,13 +258,22 @@ class GitStore:
         except KeyError as exc:
             raise StoreError(f"commit {commit} is missing from the object store",
                              rule="store.missing_object") from exc
+        except Exception as exc:  # zlib / header / format errors: a damaged object file
+            raise StoreError(f"object {commit} is corrupt ({exc}); run `gitstate verify`",
+                             rule="store.corrupt_object") from exc
         if not isinstance(obj, Commit):
             raise StoreError(f"{commit} is not a commit", rule="store.not_commit")
         return obj
 
     def _tree(self, commit: str) -> Tree:
-        tree = self.repo.object_store[self._commit(commit).tree]
-        assert isinstance(tree, Tree)
+        sha = self._commit(commit).tree
+        try:
+            tree = self.repo.object_store[sha]
+        except Exception as exc:
+            raise StoreError(f"tree {sha.decode()} of {commit} is unreadable ({exc})",
+                             rule="store.corrupt_object") from exc
+        if not isinstance(tree, Tree):
+            raise StoreError(f"{sha.decode()} is not a tree", rule="store.corrupt_object")
         return tree
 
     # -- writing --------------------------------------------------------------------------
