@@ -1,0 +1,29 @@
+"""The benchmarks run (a smoke test: it checks that they run, not how fast)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(script: str) -> str:
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--quick"],
+                         capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def test_write_and_render_bench_quick() -> None:
+    """bench.py --quick prints the durable-set and whole-process tables with ratios."""
+    text = _run("bench.py")
+    assert "plain JSON + JSONL, fsync" in text and "gitstate set" in text
+    assert 'python -c "import json"' in text and "x" in text
+
+
+def test_history_bench_quick() -> None:
+    """history.py --quick prints get / render / log medians per history length."""
+    text = _run("history.py")
+    assert "log --key -n 20" in text and "ratio" in text
