@@ -265,6 +265,48 @@ def render(obj: Ctx, locale: str | None, now: str | None, at: str | None) -> Non
 
 
 @cli.command()
+@click.argument("runtime", type=click.Choice(["claude-code", "plain"]))
+@click.option("--event", help="Claude Code hook event name (default: read from stdin).")
+@click.option("--locale", type=click.Choice(["zh-TW", "en", "ja"]))
+@click.pass_obj
+def hook(obj: Ctx, runtime: str, event: str | None, locale: str | None) -> None:
+    """Print the section for an agent runtime's wake-up hook.
+
+    \b
+    claude-code  Claude Code's hook JSON (hookSpecificOutput.additionalContext), for
+                 SessionStart and UserPromptSubmit command hooks; see hooks/claude-code/.
+    plain        the section as plain text, for any gateway.
+
+    Prints nothing at all when the state is empty or injection is disabled. Errors go to
+    stderr with exit 1 (never 2, which would block a Claude Code prompt).
+    """
+    from .__main__ import _fast
+
+    opts = {"runtime": runtime, **({"event": event} if event else {}),
+            **({"locale": locale} if locale else {})}
+    code = _fast("hook", str(obj.agent_dir), opts)
+    if code:
+        raise click.exceptions.Exit(code)
+
+
+@cli.command()
+@click.pass_obj
+def mcp(obj: Ctx) -> None:
+    """Run the MCP server on stdio (needs the extra: pip install 'gitstate[mcp]').
+
+    Tools: working_state_set, working_state_clear, working_state_handoff, working_state_get.
+    Resources: gitstate://section, gitstate://state. See examples/ for client configs.
+    """
+    try:
+        from .mcp_server import serve
+    except ImportError as exc:
+        raise UsageError(f"the MCP server needs the mcp extra: pip install 'gitstate[mcp]' "
+                         f"({exc})", rule="usage.mcp_missing") from exc
+    StateRepo(obj.agent_dir).close()  # fail fast, with the usual message, if not initialised
+    serve(obj.agent_dir)
+
+
+@cli.command()
 @click.option("--keep", is_flag=True, help="Keep the temporary agent directory.")
 @click.option("--agent-dir", "demo_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Run in this (new) directory instead of a temporary one.")

@@ -135,7 +135,10 @@ class StateRepo:
         state_dir = agent_dir / STATE_DIR
         config = kwargs.get("config") or load_config(agent_dir)
         if not (state_dir / ".git").is_dir():
+            from .githooks import install
+
             store = GitStore.create(state_dir)
+            install(store.git_dir)
             try:
                 with store.lock():
                     clock = kwargs.get("clock") or (lambda: datetime.now(UTC))

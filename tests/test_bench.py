@@ -27,3 +27,9 @@ def test_history_bench_quick() -> None:
     """history.py --quick prints get / render / log medians per history length."""
     text = _run("history.py")
     assert "log --key -n 20" in text and "ratio" in text
+
+
+def test_mcp_roundtrip_bench_quick() -> None:
+    """mcp_roundtrip.py --quick compares a set over MCP with the same set in-process."""
+    text = _run("mcp_roundtrip.py")
+    assert "MCP client over stdio" in text and "in-process" in text

@@ -1,0 +1,202 @@
+"""Specification of the MCP server, through the SDK's real client over stdio."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("mcp")
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from gitstate.repo import StateRepo
+from tests.helpers import commit_count
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _params(agent_dir: Path) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable,
+                                 args=["-m", "gitstate", "--agent-dir", str(agent_dir), "mcp"],
+                                 env=dict(os.environ))
+
+
+@asynccontextmanager
+async def connect(agent_dir: Path) -> AsyncIterator[Client]:
+    async with Client(_params(agent_dir), read_timeout_seconds=30) as client:
+        yield client
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Path:
+    StateRepo.init(tmp_path / "agent").close()
+    return tmp_path / "agent"
+
+
+async def _call(client: Client, tool: str, **args: Any) -> tuple[bool, dict[str, Any], str]:
+    result = await client.call_tool(tool, args)
+    text = " ".join(getattr(c, "text", "") for c in result.content)
+    return bool(result.is_error), result.structured_content or {}, text
+
+
+async def test_tools_schemas_and_annotations(agent: Path) -> None:
+    """Four tools with the seed's names, input and output schemas, and annotations."""
+    async with connect(agent) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) == {"working_state_set", "working_state_clear", "working_state_handoff",
+                          "working_state_get"}
+    s = tools["working_state_set"]
+    assert set(s.input_schema["required"]) == {"key", "value", "reason"}
+    assert {"ttl_hours", "expected_value"} <= set(s.input_schema["properties"])
+    assert set(tools["working_state_clear"].input_schema["required"]) == {"key", "reason"}
+    assert set(tools["working_state_handoff"].input_schema["properties"]) == {
+        "note", "status", "next_steps", "evidence", "blocker"}
+    for name, tool in tools.items():
+        assert tool.output_schema is not None, name
+        assert tool.annotations is not None and tool.annotations.open_world_hint is False
+        assert tool.annotations.read_only_hint is (name == "working_state_get")
+    assert "ttl_hours" in s.description and "expected_value" in s.description
+    assert "handoff" in tools["working_state_handoff"].description
+
+
+async def test_round_trips(agent: Path) -> None:
+    """set, get, clear and handoff work end to end; each write is one commit."""
+    async with connect(agent) as client:
+        err, out, _ = await _call(client, "working_state_set", key="stop_loss.2317", value=262,
+                                  reason="跌破即出場", ttl_hours=4.5)
+        assert not err and out["new"]["value"] == 262 and out["new"]["expires_at"]
+        err, out, _ = await _call(client, "working_state_set", key="label", value="262",
+                                  reason="text stays text")
+        assert out["new"]["value"] == "262"
+        err, out, _ = await _call(client, "working_state_handoff", note="checking",
+                                  status="continue", next_steps="report totals")
+        assert not err and out["handoff"]["status"] == "continue"
+        err, out, _ = await _call(client, "working_state_clear", key="label", reason="done",
+                                  expected_value=262)
+        assert not err
+        err, state, _ = await _call(client, "working_state_get")
+        assert not err and set(state["keys"]) == {"stop_loss.2317"}
+        assert state["handoff"]["next_steps"] == "report totals"
+        assert state["history"][0]["op"] == "clear" and state["max_keys"] == 32
+        section = await client.read_resource("gitstate://section")
+        assert "stop_loss.2317 = 262" in section.contents[0].text  # type: ignore[union-attr]
+        as_json = await client.read_resource("gitstate://state")
+        assert json.loads(as_json.contents[0].text)["head"] == state["head"]  # type: ignore[union-attr]
+    assert commit_count(agent / "state") == 5
+
+
+async def test_refusals_are_tool_errors_with_structure(agent: Path) -> None:
+    """Every refusal is isError, names the rule, and carries what the model needs."""
+    async with connect(agent) as client:
+        await _call(client, "working_state_set", key="stop", value=262, reason="rule")
+        err, out, text = await _call(client, "working_state_set", key="stop", value=254,
+                                     reason="stale", expected_value=250)
+        assert err and out["error"] == "cas.mismatch" and out["current"]["value"] == 262
+        assert out["current"]["reason"] == "rule" and out["current"]["set_at"]
+        assert "262" in text
+        err, out, _ = await _call(client, "working_state_set", key="stop", value=1,
+                                  reason="x", expect_absent=True)
+        assert err and out["error"] == "cas.mismatch"
+        for i in range(31):
+            await _call(client, "working_state_set", key=f"k{i}", value=i, reason="fill")
+        err, out, text = await _call(client, "working_state_set", key="k99", value=1,
+                                     reason="too many")
+        assert err and out["error"] == "keys.cap" and len(out["live_keys"]) == 32
+        cases = [
+            ("working_state_set", {"key": "../etc", "value": 1, "reason": "x"}, "key.charset"),
+            ("working_state_set", {"key": "k", "value": "a\nb", "reason": "x"}, "value.control"),
+            ("working_state_set", {"key": "k0", "value": 1, "reason": "   "}, "reason.empty"),
+            ("working_state_clear", {"key": "nope", "reason": "x"}, "clear.absent"),
+            ("working_state_handoff", {"status": "complete"}, "handoff.complete"),
+            ("working_state_handoff", {"next_steps": "x"}, "handoff.status_required"),
+            ("working_state_handoff", {"status": "continue", "next_steps": "字" * 6000},
+             "handoff.max_bytes"),
+        ]
+        for tool, args, rule in cases:
+            err, out, _ = await _call(client, tool, **args)
+            assert err and out.get("error") == rule, (tool, args, out)
+    assert commit_count(agent / "state") == 1 + 1 + 31
+
+
+async def test_bad_arguments_and_unexpected_failures_keep_the_server_up(agent: Path) -> None:
+    """Wrong types, missing arguments and an internal failure are errors; the server lives."""
+    async with connect(agent) as client:
+        for args in ({"key": "k"}, {"key": 1, "value": 1, "reason": "r"},
+                     {"key": "k", "value": [1], "reason": "r"},
+                     {"key": "k", "value": 1, "reason": "r", "ttl_hours": -1}):
+            result = await client.call_tool("working_state_set", args)
+            assert result.is_error, args
+        projection = agent / "state" / "working_state_history.jsonl"
+        projection.unlink()
+        projection.mkdir()  # reading the history now fails in an unexpected way
+        err, out, text = await _call(client, "working_state_get")
+        assert err and out["error"] == "internal" and "Traceback" not in text
+        projection.rmdir()
+        err, out, _ = await _call(client, "working_state_get")
+        assert not err
+
+
+async def test_two_clients_race_with_expected_value(agent: Path) -> None:
+    """Two clients writing one key with the same expected value: exactly one wins."""
+    with StateRepo(agent) as repo:
+        repo.set("counter", 0, "start")
+    async with connect(agent) as a, connect(agent) as b:
+        for round_ in range(10):
+            results: list[bool] = []
+
+            async def write(client: Client, who: str, expect: int = round_,
+                            results: list[bool] = results) -> None:
+                err, _, _ = await _call(client, "working_state_set", key="counter",
+                                        value=expect + 1, reason=f"{who} wins",
+                                        expected_value=expect)
+                results.append(not err)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(write, a, "a")
+                tg.start_soon(write, b, "b")
+            assert sorted(results) == [False, True], round_
+    with StateRepo(agent) as repo:
+        assert repo.state().keys["counter"].value == 10
+
+
+def _inspector() -> list[str]:
+    npx = shutil.which("npx")
+    if npx is None:
+        pytest.skip("npx is not installed")
+    cmd = [npx, "-y", "@modelcontextprotocol/inspector@2.12", "--cli"]
+    probe = subprocess.run([*cmd, "--help"], capture_output=True, text=True, timeout=300,
+                           check=False)
+    if probe.returncode != 0 and "ENOTFOUND" in probe.stderr + probe.stdout:
+        pytest.skip("the npm registry is unreachable")
+    return cmd
+
+
+def test_official_inspector_cli(agent: Path) -> None:
+    """The MCP Inspector CLI lists the tools and calls working_state_get."""
+    cmd = _inspector()
+    server = [sys.executable, "-m", "gitstate", "--agent-dir", str(agent), "mcp"]
+    listed = subprocess.run([*cmd, *server, "--method", "tools/list"], capture_output=True,
+                            text=True, timeout=120, check=False)
+    assert listed.returncode == 0, listed.stderr
+    names = {t["name"] for t in json.loads(listed.stdout)["tools"]}
+    assert "working_state_get" in names and len(names) == 4
+    called = subprocess.run([*cmd, *server, "--method", "tools/call", "--tool-name",
+                             "working_state_get"], capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert called.returncode == 0, called.stderr
+    assert json.loads(called.stdout)["structuredContent"]["max_keys"] == 32
