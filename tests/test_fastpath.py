@@ -85,3 +85,20 @@ def test_packed_ref_is_read(repo: StateRepo) -> None:
     assert not (repo.state_dir / ".git" / "refs" / "heads" / "main").exists()
     state = head_state_fast(repo.state_dir)
     assert state is not None and state.keys["k"].value == 1
+
+
+def test_disabled_injection_prints_nothing(repo: StateRepo) -> None:
+    """[memory] working_state_enabled = false: render and hooks print nothing; tools work."""
+    repo.set("k", 1, "r")
+    (repo.agent_dir / "config.toml").write_text("[memory]\nworking_state_enabled = false\n")
+    for args in (["render"], ["hook", "claude-code"], ["hook", "plain"]):
+        out = run_cli(*args, agent_dir=repo.agent_dir, input="{}")
+        assert (out.returncode, out.stdout) == (0, ""), args
+    assert run_cli("set", "j", "2", "-r", "still works", agent_dir=repo.agent_dir).returncode == 0
+
+
+def test_bad_config_is_reported_on_the_wake_up_path(repo: StateRepo) -> None:
+    """A typo in config.toml is an error on render, never a silent default."""
+    (repo.agent_dir / "config.toml").write_text("[memory]\nworking_state_enabeld = false\n")
+    out = run_cli("render", agent_dir=repo.agent_dir)
+    assert out.returncode == 1 and "config.unknown" in out.stderr
