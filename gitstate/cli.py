@@ -65,7 +65,7 @@ class Ctx:
         self.as_json = as_json
 
     def repo(self) -> StateRepo:
-        return StateRepo(self.agent_dir, actor="human")
+        return StateRepo(self.agent_dir, writer="human")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -91,7 +91,7 @@ def cli(ctx: click.Context, agent_dir: Path) -> None:
 @click.pass_obj
 def init(obj: Ctx, as_json: bool) -> None:
     """Create <agent dir>/state as a git repository on branch main (idempotent)."""
-    with StateRepo.init(obj.agent_dir, actor="human") as repo:
+    with StateRepo.init(obj.agent_dir, writer="human") as repo:
         head = repo.head()
         _emit({"ok": True, "state_dir": str(repo.state_dir), "head": head}, as_json,
               f"initialised {repo.state_dir} (main at {head[:12]})")
@@ -129,10 +129,13 @@ def _finish(result: dict[str, Any], as_json: bool) -> None:
 @click.option("--expect-absent", is_flag=True, help="Refuse unless the key is absent.")
 @click.option("--string", "as_string", is_flag=True,
               help="Store VALUE as text even if it looks like a number or boolean.")
+@click.option("--request-id", help="Idempotency key: a retry with the same id and arguments "
+              "returns the first result without a second commit.")
 @json_option
 @click.pass_obj
 def set_(obj: Ctx, key: str, value: str, reason: str, ttl_hours: float | None,
-         expect: str | None, expect_absent: bool, as_string: bool, as_json: bool) -> None:
+         expect: str | None, expect_absent: bool, as_string: bool, request_id: str | None,
+         as_json: bool) -> None:
     """Set KEY to VALUE, with a reason (one commit).
 
     \b
@@ -145,7 +148,7 @@ def set_(obj: Ctx, key: str, value: str, reason: str, ttl_hours: float | None,
                                                  else UNSET)
     with obj.repo() as repo:
         result = repo.set(key, parse_value(value, as_string), reason, ttl_hours=ttl_hours,
-                          expected=expected)
+                          expected=expected, request_id=request_id)
         _finish(result.to_dict(), as_json)
 
 
@@ -153,13 +156,16 @@ def set_(obj: Ctx, key: str, value: str, reason: str, ttl_hours: float | None,
 @click.argument("key")
 @click.option("--reason", "-r", required=True, help="Why: becomes the commit message.")
 @click.option("--expect", help="Compare-and-swap: refuse unless HEAD holds this value.")
+@click.option("--request-id", help="Idempotency key (see `gitstate set --help`).")
 @json_option
 @click.pass_obj
-def clear(obj: Ctx, key: str, reason: str, expect: str | None, as_json: bool) -> None:
+def clear(obj: Ctx, key: str, reason: str, expect: str | None, request_id: str | None,
+          as_json: bool) -> None:
     """Retire KEY (its history stays in the log)."""
     with obj.repo() as repo:
         result = repo.clear(key, reason,
-                            expected=parse_value(expect) if expect is not None else UNSET)
+                            expected=parse_value(expect) if expect is not None else UNSET,
+                            request_id=request_id)
         _finish(result.to_dict(), as_json)
 
 
@@ -170,11 +176,12 @@ def clear(obj: Ctx, key: str, reason: str, expect: str | None, as_json: bool) ->
 @click.option("--evidence", help="Required with --status complete.")
 @click.option("--blocker", help="Required with --status blocked.")
 @click.option("--reason", "-r", help="Commit message (default: derived from the note).")
+@click.option("--request-id", help="Idempotency key (see `gitstate set --help`).")
 @json_option
 @click.pass_obj
 def handoff(obj: Ctx, note: str | None, status: str | None, next_steps: str | None,
             evidence: str | None, blocker: str | None, reason: str | None,
-            as_json: bool) -> None:
+            request_id: str | None, as_json: bool) -> None:
     """Overwrite the handoff note for the next wake-up.
 
     A plain NOTE is whitespace-collapsed and cut near 1,200 characters. With --status it is
@@ -183,7 +190,7 @@ def handoff(obj: Ctx, note: str | None, status: str | None, next_steps: str | No
     """
     with obj.repo() as repo:
         result = repo.handoff(note, status=status, next_steps=next_steps, evidence=evidence,
-                              blocker=blocker, reason=reason)
+                              blocker=blocker, reason=reason, request_id=request_id)
         _finish(result.to_dict(), as_json)
 
 
@@ -317,9 +324,9 @@ def demo(keep: bool, demo_dir: Path | None) -> None:
     run_demo(demo_dir, keep=keep)
 
 
-from . import cli_audit  # noqa: E402  (registers the auditor's commands on `cli`)
+from . import cli_audit, cli_typed  # noqa: E402  (they register their commands on `cli`)
 
-_ = cli_audit
+_ = (cli_audit, cli_typed)
 
 
 def main(argv: list[str] | None = None) -> int:

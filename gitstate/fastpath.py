@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from .config import load_config, resolve_tz
 from .errors import NotInitialized
 from .model import STATE_FILE, State
-from .render import render
+from .render import phase_line, render
 
 STAMP = "gitstate-stamp"
 BRANCH = "refs/heads/main"
@@ -54,22 +54,47 @@ def _read_ref(git_dir: str) -> str | None:
 
 def head_state_fast(state_dir: str | os.PathLike[str]) -> State | None:
     """HEAD's state read from the working tree when the stamp proves they are equal."""
+    fast = _head_fast(state_dir)
+    return fast[0] if fast else None
+
+
+def _head_fast(state_dir: str | os.PathLike[str]) -> tuple[State, dict[str, object] | None] | None:
+    """(HEAD's state, the compiled schema or None), or None when only the slow path can tell."""
     git_dir = os.path.join(state_dir, ".git")
     try:
-        commit, _, blob = _read(os.path.join(git_dir, STAMP)).decode("ascii").strip() \
-            .partition(" ")
+        fields = _read(os.path.join(git_dir, STAMP)).decode("ascii").split()
         data = _read(os.path.join(state_dir, STATE_FILE))
     except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
         return None
-    if not commit or _read_ref(git_dir) != commit:
+    if len(fields) != 3 or _read_ref(git_dir) != fields[0]:
         return None
+    commit, blob, schema_blob = fields
+    compiled = None
+    if schema_blob != "-":
+        try:
+            compiled = json.loads(_read(os.path.join(git_dir, "gitstate-schema.json")))
+        except (FileNotFoundError, ValueError):
+            return None
+        if not isinstance(compiled, dict) or compiled.get("blob") != schema_blob:
+            return None
     digest = sha1(b"blob %d\0" % len(data) + data).hexdigest()
-    if digest != blob:
+    if digest != blob or not commit:
         return None
     try:
-        return State.from_bytes(data)
+        return State.from_bytes(data), compiled
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def _phase_lines(compiled: dict[str, object] | None, state: State, now: datetime,
+                 locale: str) -> list[str]:
+    """The allowed-tools line, from the compiled schema (same rule as typed.allowed_tools)."""
+    tools = compiled.get("tools") if compiled else None
+    if not compiled or not isinstance(tools, dict) or not tools or not compiled.get("phase_key"):
+        return []
+    entry = state.live(now).get(str(compiled["phase_key"]))
+    phase = str(entry.value) if entry is not None else str(compiled.get("initial_phase") or "")
+    return [phase_line(phase, [str(t) for t in tools.get(phase, [])], locale)]
 
 
 def section(
@@ -83,16 +108,17 @@ def section(
         raise NotInitialized(f"{agent_dir} has no gitstate repository; run `gitstate init`")
     if not config.enabled:
         return "", []
-    warnings: list[str] = []
-    state = head_state_fast(state_dir)
-    if state is None:
+    moment = now or datetime.now(UTC)
+    locale = locale or config.locale
+    fast = _head_fast(state_dir)
+    if fast is None:
         from .repo import StateRepo  # the slow, exact path: read HEAD through dulwich
 
         with StateRepo(os.fspath(agent_dir), config=config) as repo:
-            state = repo.state()
-            warnings = repo.worktree_warnings()
-    moment = now or datetime.now(UTC)
-    return render(state, moment, locale or config.locale, resolve_tz(config.timezone)), warnings
+            return repo.render(now=moment, locale=locale), repo.worktree_warnings()
+    state, compiled = fast
+    extra = _phase_lines(compiled, state, moment, locale)
+    return render(state, moment, locale, resolve_tz(config.timezone), extra), []
 
 
 def claude_code_output(text: str, event: str) -> str:

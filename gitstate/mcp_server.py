@@ -43,6 +43,23 @@ Conventions:
 
 Scalar = Annotated[str | int | float | bool,
                    Field(description="A JSON scalar: string, number or boolean.")]
+RequestId = Annotated[str | None, Field(
+    max_length=128, description="Idempotency key: a retry with the same id and arguments "
+    "returns the first result and makes no second commit.")]
+
+
+def _declared_keys(repo: StateRepo) -> str:
+    """The schema's key table for the set tool's description. Every common client shows a
+    description; per-key value schemas (oneOf over keys) are not reliably kept by all of them,
+    so the value stays a plain scalar and the server validates it."""
+    schema = repo.schema()
+    if schema is None:
+        return ""
+    lines = [f"\nDeclared keys (schema v{schema.version}; unknown keys are "
+             f"{'refused' if schema.unknown_keys == 'reject' else 'allowed'}):"]
+    lines += [f"- {spec.summary()}" + (f" - {spec.description}" if spec.description else "")
+              for spec in schema.keys]
+    return "\n".join(lines)
 
 
 class EntryOut(BaseModel):
@@ -73,6 +90,7 @@ class WriteOut(BaseModel):
     new: EntryOut | None = None
     handoff: HandoffOut | None = None
     truncated: bool = Field(False, description="True when a plain note was cut to fit.")
+    replayed: bool = Field(False, description="True when this answers a retried request_id.")
     live_keys: int
     max_keys: int
     warnings: list[str] = []
@@ -84,6 +102,10 @@ class StateOut(BaseModel):
     keys: dict[str, EntryOut] = Field(description="Every key; expired ones are marked.")
     handoff: HandoffOut | None = None
     history: list[dict[str, Any]] = Field(description="Recent changes, newest first.")
+    schema_version: int | None = None
+    phase: str | None = Field(None, description="The current phase (typed state).")
+    allowed_tools: list[str] | None = Field(
+        None, description="Tools the current phase allows; null when no phases are declared.")
     live_keys: int
     max_keys: int
     section_bytes: int
@@ -124,8 +146,9 @@ def _ok(model: BaseModel) -> CallToolResult:
 
 def build_server(agent_dir: str | Path) -> MCPServer:
     """An MCP server bound to one agent directory (which must be initialised)."""
-    repo = StateRepo(agent_dir, actor="agent")
+    repo = StateRepo(agent_dir, writer="agent")
     server = MCPServer("gitstate", instructions=INSTRUCTIONS)
+    declared = _declared_keys(repo)
 
     def call(tool: str, action: Any) -> CallToolResult:
         try:
@@ -141,7 +164,8 @@ def build_server(agent_dir: str | Path) -> MCPServer:
         "`reason` is required. Give day-scoped rules `ttl_hours` so they expire on their own. "
         "Pass `expected_value` (the value you read) to refuse the write if another wake-up "
         "changed it; `expect_absent` to refuse if the key exists. 262 and \"262\" compare "
-        "equal. At most 32 live keys."))
+        "equal. At most 32 live keys. Pass a `request_id` to make a retry safe."
+        + declared))
     def working_state_set(
         key: Annotated[str, Field(description="Dotted name, e.g. stop_loss.2317", max_length=128)],
         value: Scalar,
@@ -154,11 +178,13 @@ def build_server(agent_dir: str | Path) -> MCPServer:
             description="Compare-and-swap: refuse unless the key currently holds this.")] = None,
         expect_absent: Annotated[bool, Field(
             description="Compare-and-swap: refuse unless the key is absent.")] = False,
+        request_id: RequestId = None,
     ) -> Annotated[CallToolResult, WriteOut]:
         expected: Any = None if expect_absent else (
             UNSET if expected_value is None else expected_value)
         return call("working_state_set", lambda: WriteOut.model_validate(repo.set(
-            key, value, reason, ttl_hours=ttl_hours, expected=expected).to_dict()))
+            key, value, reason, ttl_hours=ttl_hours, expected=expected,
+            request_id=request_id).to_dict()))
 
     @server.tool(name="working_state_clear", annotations=WRITE, description=(
         "Retire one key (one audited commit); its history stays in the log. `reason` is "
@@ -168,10 +194,11 @@ def build_server(agent_dir: str | Path) -> MCPServer:
         reason: Annotated[str, Field(max_length=4000)],
         expected_value: Annotated[str | int | float | bool | None, Field(
             description="Compare-and-swap: refuse unless the key currently holds this.")] = None,
+        request_id: RequestId = None,
     ) -> Annotated[CallToolResult, WriteOut]:
         expected: Any = UNSET if expected_value is None else expected_value
         return call("working_state_clear", lambda: WriteOut.model_validate(
-            repo.clear(key, reason, expected=expected).to_dict()))
+            repo.clear(key, reason, expected=expected, request_id=request_id).to_dict()))
 
     @server.tool(name="working_state_handoff", annotations=WRITE, description=(
         "Overwrite the one handoff note: what your next wake-up needs to know. Leave one before "
@@ -187,10 +214,11 @@ def build_server(agent_dir: str | Path) -> MCPServer:
         next_steps: str | None = None,
         evidence: str | None = None,
         blocker: str | None = None,
+        request_id: RequestId = None,
     ) -> Annotated[CallToolResult, WriteOut]:
         return call("working_state_handoff", lambda: WriteOut.model_validate(repo.handoff(
             note, status=status, next_steps=next_steps, evidence=evidence,
-            blocker=blocker).to_dict()))
+            blocker=blocker, request_id=request_id).to_dict()))
 
     @server.tool(name="working_state_get", annotations=READ, description=(
         "Read everything: all keys (expired ones included and marked), the handoff note, "

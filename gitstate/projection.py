@@ -67,6 +67,10 @@ def record(info: _Commit) -> dict[str, Any]:
         out["handoff"] = change.handoff
     if change.adopt is not None:
         out["adopt"] = change.adopt
+    if change.observation:
+        out["observation"] = change.observation
+    if change.schema_version is not None:
+        out["schema_version"] = change.schema_version
     return out
 
 

@@ -100,6 +100,19 @@ def handoff_line(handoff: Handoff, locale: str, tz: tzinfo) -> str:
     return line
 
 
+_PHASE_WORDS = {
+    "zh-TW": "目前階段：{phase}；允許的工具：{tools}",
+    "en": "Current phase: {phase}; allowed tools: {tools}",
+    "ja": "現在のフェーズ：{phase}；使用できるツール：{tools}",
+}
+
+
+def phase_line(phase: str, tools: list[str], locale: str) -> str:
+    """The line naming the current phase and the tools it allows (typed state)."""
+    shown = ", ".join(inline(t) for t in tools) or "—"
+    return _PHASE_WORDS[locale].format(phase=inline(phase), tools=shown)
+
+
 def ordered_live(state: State, now: datetime) -> list[tuple[str, Entry]]:
     """Live entries, newest first (ties by key): the order of the section."""
     live = state.live(now)

@@ -37,8 +37,10 @@ def apply_change(state: State, change: Change, commit_time: int) -> State:
         if change.handoff is None:
             return state.with_handoff(None)
         return state.with_handoff(_handoff(change.handoff, when, change.actor))
-    if op == "adopt":
+    if op in ("adopt", "observe"):
         return _adopt(state, change, when)
+    if op == "schema":
+        return state  # the schema file changed; the state did not
     raise ReplayError(f"unknown Gitstate-Op {op!r}")
 
 

@@ -9,6 +9,7 @@ commit with compare-and-swap, then refresh the working tree and the projection.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import threading
 from collections.abc import Callable, Iterator
@@ -31,7 +32,8 @@ from .errors import (
 )
 from .model import EMPTY, STATE_FILE, Entry, Handoff, Scalar, State, format_time
 from .projection import Projection, record
-from .render import key_line, key_lines_bytes, render
+from .render import key_line, key_lines_bytes, phase_line, render
+from .schema import SCHEMA_FILE, WRITERS, Schema
 from .store import GitStore
 from .trailers import Change
 
@@ -62,11 +64,13 @@ class WriteResult:
     live_keys: int = 0
     max_keys: int = 0
     warnings: list[str] = field(default_factory=list)
+    replayed: bool = False
     reverted: str | None = None
     overridden: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "replayed": self.replayed,
             "reverted": self.reverted,
             "overridden": self.overridden,
             "ok": True,
@@ -84,6 +88,8 @@ class WriteResult:
 
 
 Mutation = Callable[[State, datetime], tuple[State, Change, WriteResult]]
+Observation = Callable[[State, dict[str, Any]], dict[str, Scalar | None]]
+"""A runtime function: (state at HEAD, payload) -> key updates (None clears the key)."""
 
 
 class StateRepo:
@@ -93,10 +99,14 @@ class StateRepo:
         self,
         agent_dir: str | Path,
         *,
-        actor: str = "runtime",
+        actor: str | None = None,
+        writer: str = "runtime",
         clock: Callable[[], datetime] | None = None,
         config: Config | None = None,
     ) -> None:
+        if writer not in WRITERS:
+            raise UsageError(f"writer must be one of {', '.join(WRITERS)}", rule="usage.writer")
+        self.writer = writer  # the schema's writer kind: agent (MCP), runtime (API), human (CLI)
         self.agent_dir = Path(agent_dir)
         self.state_dir = self.agent_dir / STATE_DIR
         if not (self.state_dir / ".git").is_dir():
@@ -105,12 +115,14 @@ class StateRepo:
                 "run `gitstate init` first"
             )
         self.config = config if config is not None else load_config(self.agent_dir)
-        self.actor = rules.check_actor(actor)
+        self.actor = rules.check_actor(actor or writer)
         self._clock = clock or (lambda: datetime.now(UTC))
         self.store = GitStore(self.state_dir)
         self.projection = Projection(self.state_dir)
         self._mutex = threading.Lock()  # the flock serializes processes; this, threads
         self._cache: tuple[str, State] | None = None
+        self._schemas: dict[str, Schema | None] = {}
+        self.observations: dict[str, Observation] = {}
         if self.store.head() is None:
             raise NotInitialized(f"{self.state_dir} has no commit on main; run `gitstate init`")
         self._catch_up_projection()
@@ -144,7 +156,8 @@ class StateRepo:
                     clock = kwargs.get("clock") or (lambda: datetime.now(UTC))
                     when = clock()
                     change = Change(op="init", reason="Initialize gitstate working state",
-                                    actor=rules.check_actor(kwargs.get("actor", "runtime")))
+                                    actor=rules.check_actor(kwargs.get("actor") or
+                                                            kwargs.get("writer", "runtime")))
                     commit = store.commit(None, {STATE_FILE: EMPTY.to_bytes()},
                                           change.message(), _identity(config),
                                           int(when.timestamp()))
@@ -190,6 +203,72 @@ class StateRepo:
     def state(self) -> State:
         """The state at HEAD (never the working tree)."""
         return self.state_at(self.head())
+
+    # -- typed state (schema.yaml; see typed.py) ------------------------------------------
+
+    def schema_at(self, commit: str) -> Schema | None:
+        """The schema committed at ``commit``, or None when the repository has none."""
+        blob = self.store.file_ids(commit).get(SCHEMA_FILE)
+        if blob is None:
+            return None
+        if blob not in self._schemas:
+            from .schema import parse_schema
+
+            data = self.store.read_file(commit, SCHEMA_FILE) or b""
+            self._schemas[blob] = parse_schema(data.decode("utf-8"))
+        return self._schemas[blob]
+
+    def schema(self) -> Schema | None:
+        return self.schema_at(self.head())
+
+    def allowed_tools(self, commit: str | None = None) -> list[str] | None:
+        """The tools the current phase allows; None when the schema declares no phases."""
+        from .typed import allowed_tools
+
+        commit = commit or self.head()
+        return allowed_tools(self.schema_at(commit), self.state_at(commit), self.now())
+
+    def can_run(self, tool: str) -> bool:
+        """Whether ``tool`` is legal now (always True without phases in the schema)."""
+        allowed = self.allowed_tools()
+        return allowed is None or tool in allowed
+
+    def set_schema(self, text: str, reason: str, *, request_id: str | None = None,
+                   actor: str | None = None) -> WriteResult:
+        """Commit a new schema.yaml (audited); refused if the live state breaks it."""
+        from .typed import set_schema
+
+        return set_schema(self, text, reason, request_id=request_id, actor=actor)
+
+    def register_observation(self, kind: str, fn: Observation) -> None:
+        """Register a runtime function that turns an observation into state updates."""
+        self.observations[rules.check_key(kind)] = fn
+
+    def apply_observation(self, kind: str, payload: dict[str, Any], *,
+                          reason: str | None = None,
+                          request_id: str | None = None) -> WriteResult:
+        """Apply a registered observation as one commit (the model never sets the phase)."""
+        from .typed import apply_observation
+
+        return apply_observation(self, kind, payload, reason=reason, request_id=request_id)
+
+    def _refresh_schema_cache(self, commit: str) -> None:
+        from .typed import write_schema_cache
+
+        write_schema_cache(self, commit)
+
+    def _check_schema_plan(self, before: State, after: State) -> None:
+        """Revert and adopt obey the schema like any write."""
+        schema = self.schema_at(self.head())
+        if schema is None:
+            return
+        for key in sorted(before.keys.keys() | after.keys.keys()):
+            old, new = before.keys.get(key), after.keys.get(key)
+            if new is None and old is not None:
+                schema.check_clear(key, self.writer)
+            elif new is not None and (old is None or old != new) and \
+                    schema.check_write(key, new.value, self.writer) != new.value:
+                raise InvalidInput(f"{key} would need coercion", rule="schema.type")
 
     def worktree_warnings(self) -> list[str]:
         status = self.store.worktree_status(self.head())
@@ -252,6 +331,9 @@ class StateRepo:
                 "max_keys": self.config.max_keys,
                 "section_bytes": _section_bytes(state, moment),
                 "section_max_bytes": self.config.section_max_bytes,
+                "schema_version": (schema.version if (schema := self.schema_at(head)) else None),
+                "phase": schema.phase(state, live) if schema else None,
+                "allowed_tools": self.allowed_tools(head),
                 "warnings": (self.worktree_warnings() + self._rewrite_warnings())
                 if commit is None else [],
             }
@@ -281,8 +363,15 @@ class StateRepo:
         locale = locale or self.config.locale
         if locale not in LOCALES:
             raise UsageError(f"locale must be one of {', '.join(LOCALES)}", rule="usage.locale")
-        state = self.state_at(commit) if commit else self.state()
-        return render(state, now or self.now(), locale, resolve_tz(self.config.timezone))
+        commit = commit or self.head()
+        state, moment = self.state_at(commit), now or self.now()
+        from .typed import allowed_tools
+
+        schema = self.schema_at(commit)
+        tools = allowed_tools(schema, state, moment)
+        extra = [] if tools is None or schema is None else [
+            phase_line(schema.phase(state, state.live(moment)) or "", tools, locale)]
+        return render(state, moment, locale, resolve_tz(self.config.timezone), extra)
 
     # -- writing --------------------------------------------------------------------------
 
@@ -295,8 +384,10 @@ class StateRepo:
         ttl_hours: float | None = None,
         expected: Any = UNSET,
         actor: str | None = None,
+        request_id: str | None = None,
     ) -> WriteResult:
-        """Set one key. ``expected`` (a value, or None for "absent") is checked against HEAD."""
+        """Set one key. ``expected`` (a value, or None for "absent") is checked against HEAD.
+        A retried ``request_id`` returns the first result without a second commit."""
         key = rules.check_key(key)
         value = rules.check_value(value)
         reason = rules.check_reason(reason)
@@ -304,32 +395,42 @@ class StateRepo:
         if expected is not UNSET and expected is not None:
             expected = rules.check_value(expected)
         who = rules.check_actor(actor or self.actor)
+        request = _request(request_id, "set", key, value, reason, ttl,
+                           None if expected is UNSET else ["expected", expected])
 
         def mutate(state: State, now: datetime) -> tuple[State, Change, WriteResult]:
+            schema = self.schema_at(self.head())
+            stored = schema.check_write(key, value, self.writer) if schema else value
             old = state.keys.get(key)
             self._check_expected(key, old, expected, now)
             self._check_new_key(state, key, now)
-            expires = format_time(now + timedelta(hours=ttl)) if ttl else None
-            entry = Entry(value=value, set_at=format_time(now), reason=reason, actor=who,
+            hours = ttl if ttl is not None else (schema.default_ttl(key) if schema else None)
+            expires = format_time(now + timedelta(hours=hours)) if hours else None
+            entry = Entry(value=stored, set_at=format_time(now), reason=reason, actor=who,
                           expires_at=expires)
             new_state = state.with_key(key, entry)
             self._check_section(new_state, now)
             change = Change(op="set", reason=reason, actor=who, key=key,
-                            old=old.value if old else None, new=value, expires_at=expires)
+                            old=old.value if old else None, new=stored, expires_at=expires)
             return new_state, change, WriteResult("set", "", key=key, old=old, new=entry)
 
-        return self._write(mutate)
+        return self._write(mutate, request=request)
 
     def clear(self, key: str, reason: str, *, expected: Any = UNSET,
-              actor: str | None = None) -> WriteResult:
+              actor: str | None = None, request_id: str | None = None) -> WriteResult:
         """Retire one key; its history stays in the log."""
         key = rules.check_key(key)
         reason = rules.check_reason(reason)
         if expected is not UNSET and expected is not None:
             expected = rules.check_value(expected)
         who = rules.check_actor(actor or self.actor)
+        request = _request(request_id, "clear", key, reason,
+                           None if expected is UNSET else ["expected", expected])
 
         def mutate(state: State, now: datetime) -> tuple[State, Change, WriteResult]:
+            schema = self.schema_at(self.head())
+            if schema:
+                schema.check_clear(key, self.writer)
             old = state.keys.get(key)
             self._check_expected(key, old, expected, now)
             if old is None:
@@ -338,7 +439,7 @@ class StateRepo:
             change = Change(op="clear", reason=reason, actor=who, key=key, old=old.value)
             return state.with_key(key, None), change, WriteResult("clear", "", key=key, old=old)
 
-        return self._write(mutate)
+        return self._write(mutate, request=request)
 
     def handoff(
         self,
@@ -350,6 +451,7 @@ class StateRepo:
         blocker: str | None = None,
         reason: str | None = None,
         actor: str | None = None,
+        request_id: str | None = None,
     ) -> WriteResult:
         """Overwrite the handoff note (plain or structured, seed 000's rules)."""
         checked = rules.check_handoff(
@@ -372,10 +474,11 @@ class StateRepo:
             result = WriteResult("handoff", "", handoff=ho, truncated=checked.truncated)
             return state.with_handoff(ho), change, result
 
-        return self._write(mutate)
+        request = _request(request_id, "handoff", note, status, next_steps, evidence, blocker)
+        return self._write(mutate, request=request)
 
     def revert(self, commit: str, reason: str, *, force: bool = False,
-               actor: str | None = None) -> WriteResult:
+               actor: str | None = None, request_id: str | None = None) -> WriteResult:
         """Undo what ``commit`` changed, as one new commit; refused where the keys no longer
         hold that commit's values, unless ``force``."""
         from .revert import plan_revert
@@ -388,6 +491,7 @@ class StateRepo:
 
         def mutate(state: State, now: datetime) -> tuple[State, Change, WriteResult]:
             plan = plan_revert(info, before, after, state, now, reason, who, force)
+            self._check_schema_plan(state, plan.state)
             for key in plan.recreated:
                 self._check_new_key(state, key, now)
             self._check_section(plan.state, now)
@@ -395,7 +499,7 @@ class StateRepo:
                                  overridden=plan.conflicts)
             return plan.state, plan.change, result
 
-        return self._write(mutate)
+        return self._write(mutate, request=_request(request_id, "revert", commit, reason, force))
 
     def adopt(self, reason: str | None = None, *, discard: bool = False,
               actor: str | None = None) -> WriteResult | dict[str, Any]:
@@ -415,6 +519,7 @@ class StateRepo:
         def mutate(state: State, now: datetime) -> tuple[State, Change, WriteResult]:
             edited = (self.state_dir / STATE_FILE).read_bytes()
             plan = plan_adopt(state, edited, now, reason, who, self.config)
+            self._check_schema_plan(state, plan.state)
             for key in plan.recreated:
                 self._check_new_key(state, key, now)
             self._check_section(plan.state, now)
@@ -424,17 +529,27 @@ class StateRepo:
 
     # -- the write path -------------------------------------------------------------------
 
-    def _write(self, mutate: Mutation, keep_hand_edits: bool = False) -> WriteResult:
+    def _write(self, mutate: Mutation, keep_hand_edits: bool = False,
+               request: dict[str, str] | None = None,
+               files: dict[str, bytes | None] | None = None) -> WriteResult:
         with self._mutex, self.store.lock(), self.store.writing():
             warnings = self._recover_locked(keep_hand_edits)
+            if request is not None:
+                from .typed import find_request
+
+                earlier = find_request(self, request)
+                if earlier is not None:
+                    return earlier
             for _ in range(5):
                 base = self.head()
                 state = self.state_at(base)
                 now = self.now()
                 new_state, change, result = mutate(state, now)
+                if request is not None:
+                    change = dataclasses.replace(change, request=request)
                 data = new_state.to_bytes()
                 commit = self.store.commit(
-                    base, {STATE_FILE: data}, change.message(),
+                    base, {STATE_FILE: data, **(files or {})}, change.message(),
                     _identity(self.config), int(now.timestamp()), self._tz_offset(now))
                 if commit is None:
                     continue  # main moved under us (a writer outside gitstate): start over
@@ -443,6 +558,7 @@ class StateRepo:
                 self._cache = (commit, new_state)
                 try:
                     self.store.checkout(commit, {STATE_FILE: data})
+                    self._refresh_schema_cache(commit)
                     info = self.store.last_commit
                     if info is not None and info.id == commit and \
                             self.projection.last_commit() == base:
@@ -559,6 +675,15 @@ class StateRepo:
                 "value or reason, or clear a key.",
                 size=size, limit=self.config.section_max_bytes,
             )
+
+
+def _request(request_id: str | None, *args: Any) -> dict[str, str] | None:
+    """The request trailer: the caller's id and a fingerprint of the call's arguments."""
+    if request_id is None:
+        return None
+    from .typed import request_fingerprint
+
+    return request_fingerprint(request_id, args)
 
 
 def _section_bytes(state: State, now: datetime) -> int:

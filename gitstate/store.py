@@ -44,6 +44,7 @@ BRANCH = Ref(b"refs/heads/main")
 ZERO = ObjectID(b"0" * 40)
 LOCK_FILE = "gitstate.lock"
 STAMP_FILE = "gitstate-stamp"
+SCHEMA_FILE = "schema.yaml"  # (gitstate.schema owns its meaning; the store only tracks it)
 WRITING_FILE = "gitstate-writing"
 FILE_MODE = 0o100644
 T = TypeVar("T")
@@ -365,7 +366,8 @@ class GitStore:
         atomic_write(self.git_dir / "index", raw + hashlib.sha1(raw).digest(), fsync=False)
         from .model import STATE_FILE
 
-        stamp = f"{commit} {ids.get(STATE_FILE, '')}\n".encode()
+        # "<commit> <state blob> <schema blob or ->": what the render fast path checks.
+        stamp = f"{commit} {ids.get(STATE_FILE, '')} {ids.get(SCHEMA_FILE, '-')}\n".encode()
         atomic_write(self.git_dir / STAMP_FILE, stamp, fsync=False)
 
     def worktree_matches_stamp(self, commit: str) -> bool:
@@ -374,12 +376,16 @@ class GitStore:
         from .model import STATE_FILE
 
         try:
-            stamp_commit, _, blob = (self.git_dir / STAMP_FILE).read_text("ascii").split()
+            stamp_commit, blob, schema_blob = (self.git_dir / STAMP_FILE).read_text(
+                "ascii").split()
         except (FileNotFoundError, ValueError, UnicodeDecodeError):
             return False
         ids = self.file_ids(commit)
-        return (stamp_commit == commit and set(ids) == {STATE_FILE}
-                and ids[STATE_FILE] == blob and _file_blob_id(self.path / STATE_FILE) == blob)
+        if stamp_commit != commit or ids.get(STATE_FILE) != blob or \
+                ids.get(SCHEMA_FILE, "-") != schema_blob or \
+                not set(ids) <= {STATE_FILE, SCHEMA_FILE}:
+            return False
+        return all(_file_blob_id(self.path / name) == blob_id for name, blob_id in ids.items())
 
     def worktree_status(self, commit: str) -> WorktreeStatus:
         """Compare the working tree with ``commit``; tell leftovers from hand edits."""

@@ -39,7 +39,9 @@ class Change:
     expires_at: str | None = None
     handoff: dict[str, Any] | None = None
     reverts: str | None = None
-    request: str | None = None
+    request: Any = None
+    observation: str | None = None
+    schema_version: int | None = None
     adopt: dict[str, Any] | None = None
     extra: tuple[tuple[str, str], ...] = ()
 
@@ -59,6 +61,10 @@ class Change:
             out.append(("Reverts", self.reverts))
         if self.request:
             out.append(("Request", encode_json(self.request)))
+        if self.observation:
+            out.append(("Observation", self.observation))
+        if self.schema_version is not None:
+            out.append(("Schema-Version", str(self.schema_version)))
         out.extend(self.extra)
         out.append(("Version", VERSION))
         return out
@@ -106,11 +112,13 @@ def parse_message(message: bytes) -> Change:
             reverts=fields.get("Reverts"),
             request=json.loads(fields["Request"]) if "Request" in fields else None,
             adopt=json.loads(fields["Adopt"]) if "Adopt" in fields else None,
+            observation=fields.get("Observation"),
+            schema_version=int(fields["Schema-Version"]) if "Schema-Version" in fields else None,
             extra=tuple(extra),
         )
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, ValueError) as exc:
         raise NotAGitstateCommit(f"malformed trailer value: {exc}") from exc
 
 
 _KNOWN = {"Op", "Key", "Old", "New", "Expires", "Handoff", "Actor", "Reverts", "Request",
-          "Adopt", "Version"}
+          "Adopt", "Observation", "Schema-Version", "Version"}

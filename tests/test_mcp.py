@@ -65,7 +65,7 @@ async def test_tools_schemas_and_annotations(agent: Path) -> None:
     assert {"ttl_hours", "expected_value"} <= set(s.input_schema["properties"])
     assert set(tools["working_state_clear"].input_schema["required"]) == {"key", "reason"}
     assert set(tools["working_state_handoff"].input_schema["properties"]) == {
-        "note", "status", "next_steps", "evidence", "blocker"}
+        "note", "status", "next_steps", "evidence", "blocker", "request_id"}
     for name, tool in tools.items():
         assert tool.output_schema is not None, name
         assert tool.annotations is not None and tool.annotations.open_world_hint is False

@@ -1,0 +1,111 @@
+"""Typed-state commands: ``schema show | check | set`` and ``tools``. Registered on the main
+click group by importing this module."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .cli import Ctx, _emit, _finish, cli, json_option
+from .errors import Refused, UsageError
+from .schema import SCHEMA_FILE
+
+
+@cli.group()
+def schema() -> None:
+    """The typed-state schema (schema.yaml in the state repository)."""
+
+
+@schema.command("show")
+@click.option("--rev", default=None, help="Show the schema at this revision.")
+@click.pass_obj
+def schema_show(obj: Ctx, rev: str | None) -> None:
+    """Print schema.yaml exactly as committed (comments included)."""
+    with obj.repo() as repo:
+        from .audit import resolve
+
+        commit = resolve(repo, rev) if rev else repo.head()
+        data = repo.store.read_file(commit, SCHEMA_FILE)
+    if data is None:
+        raise Refused("no schema: keys are untyped (see docs/typed-state.md)",
+                      rule="schema.none")
+    click.echo(data.decode("utf-8"), nl=False)
+
+
+@schema.command("check")
+@click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@json_option
+@click.pass_obj
+def schema_check(obj: Ctx, file: Path | None, as_json: bool) -> None:
+    """Check the state against HEAD's schema, or against FILE before setting it.
+
+    Exit 1 when a live key breaks the schema. Expired keys written under an older schema
+    are listed but do not fail the check.
+    """
+    from .schema import parse_schema
+    from .typed import check_schema
+
+    with obj.repo() as repo:
+        if file is None:
+            report = check_schema(repo)
+        else:
+            candidate = parse_schema(_read(file))
+            state = repo.state()
+            live = set(state.live(repo.now()))
+            report = {"schema": candidate.version,
+                      "live": candidate.violations(state, live or {"\0"}),
+                      "expired": [p for p in candidate.violations(state, set())
+                                  if p.split(":")[0] not in live]}
+    text = "\n".join([f"schema version {report['schema']}"]
+                     + [f"live: {p}" for p in report["live"]]
+                     + [f"expired (kept, not injected): {p}" for p in report["expired"]])
+    _emit(report, as_json, text)
+    if report["live"]:
+        raise Refused(f"{len(report['live'])} live key(s) break the schema",
+                      rule="schema.violations")
+
+
+@schema.command("set")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--reason", "-r", required=True, help="Why: becomes the commit message.")
+@json_option
+@click.pass_obj
+def schema_set(obj: Ctx, file: Path, reason: str, as_json: bool) -> None:
+    """Commit FILE as schema.yaml (one audited commit; its version must increase).
+
+    Refused, listing the violations, when the live state would not satisfy it.
+    """
+    with obj.repo() as repo:
+        result = repo.set_schema(_read(file), reason)
+    _finish(result.to_dict(), as_json)
+
+
+def _read(file: Path) -> str:
+    try:
+        return file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {file}: {exc}", rule="usage.file") from exc
+
+
+@cli.command()
+@click.option("--can-run", "tool", help="Exit 0 if TOOL is allowed in the current phase, else 1.")
+@json_option
+@click.pass_obj
+def tools(obj: Ctx, tool: str | None, as_json: bool) -> None:
+    """The tools the current phase allows (from the schema's phase key and tool lists)."""
+    with obj.repo() as repo:
+        allowed = repo.allowed_tools()
+        schema = repo.schema()
+        phase = schema.phase(repo.state(), repo.state().live(repo.now())) if schema else None
+    if tool is not None:
+        ok = allowed is None or tool in allowed
+        _emit({"tool": tool, "allowed": ok, "phase": phase}, as_json,
+              f"{tool}: {'allowed' if ok else 'not allowed'} in phase {phase}")
+        if not ok:
+            raise Refused(f"{tool} is not allowed in phase {phase}; allowed: "
+                          f"{', '.join(allowed or [])}", rule="tools.not_allowed")
+        return
+    _emit({"phase": phase, "allowed_tools": allowed}, as_json,
+          "no phases declared: every tool is allowed" if allowed is None else
+          f"phase {phase}: {', '.join(allowed) or '(none)'}")
