@@ -107,8 +107,10 @@ def _result_text(result: dict[str, Any]) -> str:
                 f"({result['live_keys']}/{result['max_keys']} live keys)")
     if op == "clear":
         return f"{commit} cleared {result['key']} (was {display_value(result['old']['value'])})"
-    cut = " (the note was cut to fit; see --json)" if result["truncated"] else ""
-    return f"{commit} handoff left{cut}"
+    if op == "handoff":
+        cut = " (the note was cut to fit; see --json)" if result["truncated"] else ""
+        return f"{commit} handoff left{cut}"
+    return f"{commit} {op} committed"
 
 
 def _finish(result: dict[str, Any], as_json: bool) -> None:

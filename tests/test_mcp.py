@@ -200,3 +200,39 @@ def test_official_inspector_cli(agent: Path) -> None:
                             check=False)
     assert called.returncode == 0, called.stderr
     assert json.loads(called.stdout)["structuredContent"]["max_keys"] == 32
+
+
+async def test_typed_state_over_mcp(agent: Path) -> None:
+    """The set tool describes declared keys; the agent cannot set a runtime-owned key."""
+    schema = (Path(__file__).resolve().parent.parent / "examples" / "schemas" /
+              "trading.yaml").read_text()
+    with StateRepo(agent) as repo:
+        repo.set_schema(schema, "typed")
+    async with connect(agent) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        description = tools["working_state_set"].description or ""
+        assert "stop_loss.*: number (> 0); default ttl 6.5 h" in description
+        assert "phase: one of gather | apply | done; set by runtime only" in description
+        err, out, _ = await _call(client, "working_state_set", key="phase", value="apply",
+                                  reason="the model tries")
+        assert err and out["error"] == "schema.writer"
+        err, out, _ = await _call(client, "working_state_set", key="stop_loss.2317",
+                                  value="262", reason="a string is not a number")
+        assert err and out["error"] == "schema.type"
+        err, state, _ = await _call(client, "working_state_get")
+        assert state["allowed_tools"] == ["quote", "news"] and state["phase"] == "gather"
+
+
+async def test_retry_after_client_timeout_is_idempotent(agent: Path) -> None:
+    """A client that times out and retries with the same request_id gets one commit."""
+    before = commit_count(agent / "state")
+    async with connect(agent) as client:
+        args = {"key": "stop", "value": 262, "reason": "rule", "request_id": "wake-7-set-1"}
+        with pytest.raises(Exception):  # noqa: B017  (the SDK's timeout error type varies)
+            await client.call_tool("working_state_set", args, read_timeout_seconds=0.0001)
+        await anyio.sleep(0.5)  # the server finished the first call meanwhile
+        err, out, _ = await _call(client, "working_state_set", **args)
+        assert not err and out["replayed"] is True
+        err, out, _ = await _call(client, "working_state_set", **{**args, "value": 254})
+        assert err and out["error"] == "request.conflict"
+    assert commit_count(agent / "state") == before + 1
