@@ -63,11 +63,16 @@ def canonical_text(value: Scalar) -> str:
 
 
 def _decimal_text(number: Decimal) -> str:
-    normal = number.normalize()
+    try:
+        normal = number.normalize()
+    except ArithmeticError:  # beyond the decimal context's exponent range
+        return str(number)
     if normal.is_zero():
         return "0"
+    if abs(normal.adjusted()) > 60:  # "1e999999999" must not become a billion digits
+        return str(normal)
     if normal == normal.to_integral_value():
-        return str(normal.quantize(type(number)(1)))
+        return str(int(normal))  # quantize() would overflow the context past 28 digits
     return format(normal, "f")
 
 

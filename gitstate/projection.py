@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from . import faults
 from .errors import HistoryRewritten
 from .model import HISTORY_FILE, format_time
 from .trailers import NotAGitstateCommit, parse_message
@@ -190,6 +191,9 @@ class Projection:
         self._cut_torn_tail()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
+            if faults.armed("projection"):  # die with half a line written
+                os.write(fd, data[: len(data) // 2])
+                faults.hit("projection")
             os.write(fd, data)
         finally:
             os.close(fd)

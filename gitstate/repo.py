@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import threading
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from . import rules
+from . import faults, rules
 from .config import LOCALES, Config, load_config, resolve_tz
 from .errors import (
     CasMismatch,
@@ -125,18 +126,30 @@ class StateRepo:
         self.observations: dict[str, Observation] = {}
         if self.store.head() is None:
             raise NotInitialized(f"{self.state_dir} has no commit on main; run `gitstate init`")
-        self._catch_up_projection()
+        self._repair_on_open()
 
-    def _catch_up_projection(self) -> None:
-        """Repair the projection on open when it is behind (only if no write is running;
-        a rewritten history is left for `verify` to report, never silently accepted)."""
+    def _repair_on_open(self) -> None:
+        """On open, when no write is running: catch the projection up and repair what a
+        killed write left in the working tree (hand edits are left alone, for `adopt`; a
+        rewritten history is left for `verify` to report, never silently accepted)."""
         head = self.head()
-        if self.projection.last_commit() == head:
-            return
-        with self.store.try_lock() as locked:
-            if locked:
-                with contextlib.suppress(HistoryRewritten):
-                    self.projection.catch_up(self.store, head)
+        try:
+            if self.projection.last_commit() == head and \
+                    self.store.worktree_matches_stamp(head):
+                return
+        except StoreError:
+            return  # a damaged object: leave everything as it is for `verify` to name
+        with self.store.try_lock() as locked, contextlib.suppress(StoreError):
+            if not locked:
+                return
+            with contextlib.suppress(HistoryRewritten, OSError):
+                self.projection.catch_up(self.store, head)
+            status = self.store.worktree_status(head)
+            if status.leftover and not status.hand_edited:
+                with contextlib.suppress(OSError):
+                    self.store.checkout(head)
+                    self.store.remove_temp_files()
+                    self._refresh_schema_cache(head)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -532,6 +545,17 @@ class StateRepo:
     def _write(self, mutate: Mutation, keep_hand_edits: bool = False,
                request: dict[str, str] | None = None,
                files: dict[str, bytes | None] | None = None) -> WriteResult:
+        try:
+            return self._write_locked(mutate, keep_hand_edits, request, files)
+        except OSError as exc:  # before the commit point: nothing was written
+            rule = {errno.ENOSPC: "store.disk_full", errno.EROFS: "store.read_only",
+                    errno.EACCES: "store.permission"}.get(exc.errno or 0, "store.io")
+            raise StoreError(f"the write could not be made ({exc.strerror or exc}); nothing "
+                             "was committed", rule=rule) from exc
+
+    def _write_locked(self, mutate: Mutation, keep_hand_edits: bool,
+                      request: dict[str, str] | None,
+                      files: dict[str, bytes | None] | None) -> WriteResult:
         with self._mutex, self.store.lock(), self.store.writing():
             warnings = self._recover_locked(keep_hand_edits)
             if request is not None:
@@ -559,6 +583,7 @@ class StateRepo:
                 try:
                     self.store.checkout(commit, {STATE_FILE: data})
                     self._refresh_schema_cache(commit)
+                    faults.hit("worktree")
                     info = self.store.last_commit
                     if info is not None and info.id == commit and \
                             self.projection.last_commit() == base:

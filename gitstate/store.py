@@ -38,6 +38,7 @@ from dulwich.objects import Blob, Commit, ObjectID, Tree
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
+from . import faults
 from .errors import LockTimeout, NotInitialized, StoreError
 
 BRANCH = Ref(b"refs/heads/main")
@@ -117,7 +118,11 @@ class GitStore:
     @contextlib.contextmanager
     def try_lock(self) -> Iterator[bool]:
         """The write lock if it is free right now; yields whether it was taken."""
-        fd = os.open(self.git_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.git_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:  # a read-only repository: readers go on without repairing
+            yield False
+            return
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -317,12 +322,14 @@ class GitStore:
             self._stale_lock_safe(lambda o=obj: store.add_object(o))  # type: ignore[misc]
         self._fsync_dirs({str(self.git_dir / "objects" / o.id[:2].decode())
                           for o in new_objects})
+        faults.hit("objects")  # objects durable, ref not moved yet
         old = ObjectID(base.encode()) if base else ZERO
         moved = self._stale_lock_safe(
             lambda: self.repo.refs.set_if_equals(BRANCH, old, commit.id))
         if not moved:
             return None
         self._fsync_dirs({str(self.git_dir / "refs" / "heads")})
+        faults.hit("ref")  # committed; working tree and projection not refreshed yet
         new_id = commit.id.decode()
         self._remember(new_id, (base,) if base else (),
                        {e.path.decode(): e.sha.decode() for e in tree.iteritems()})

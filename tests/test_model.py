@@ -83,3 +83,11 @@ def test_live_excludes_expired() -> None:
     state = State(keys={"k": entry})
     assert state.live(datetime(2026, 8, 13, 5, 29, 59, tzinfo=UTC)) == {"k": entry}
     assert state.live(datetime(2026, 8, 13, 5, 30, tzinfo=UTC)) == {}
+
+
+def test_extreme_numbers_compare_without_blowing_up() -> None:
+    """Huge exponents stay short (no billion-digit expansion); 1e28 equals its digits."""
+    assert canonical_text("1e999999999") == "1E+999999999"
+    assert canonical_text("1e99") == "1E+99" and values_match("1e99", 1e99)
+    assert values_match(1e28, "10000000000000000000000000000")
+    assert canonical_text(1.5e-10) == "0.00000000015"

@@ -41,11 +41,75 @@ def write_forever(agent_dir: str, start: int) -> None:
             i += 1
 
 
+def fault_write(agent_dir: str, op: str) -> None:
+    """One write, run with GITSTATE_TEST_FAULT armed: the process dies mid-write."""
+    with StateRepo(agent_dir, actor="faulty") as repo:
+        if op == "set":
+            repo.set("k", 2, "the write that dies")
+        elif op == "clear":
+            repo.clear("k", "the clear that dies")
+        else:
+            repo.handoff("the handoff that dies")
+    print("returned", flush=True)
+
+
+def load_writer(agent_dir: str, seconds: float, worker: str) -> None:
+    """CAS increments of ``counter`` until the deadline; prints successes and retries."""
+    import time
+
+    done = retries = 0
+    deadline = time.monotonic() + seconds
+    with StateRepo(agent_dir, actor=f"w{worker}") as repo:
+        while time.monotonic() < deadline:
+            current = repo.state().keys["counter"].value
+            assert isinstance(current, int)
+            try:
+                repo.set("counter", current + 1, f"increment by {worker}", expected=current)
+                done += 1
+            except CasMismatch:
+                retries += 1
+            if done % 10 == 0:
+                repo.set(f"side.{worker}", done, "side write")
+    print(f"{done} {retries}", flush=True)
+
+
+def load_reader(agent_dir: str, seconds: float) -> None:
+    """Render in a loop: every section must parse, and the counter must never go back."""
+    import re
+    import time
+    from datetime import UTC, datetime
+
+    from gitstate.fastpath import section
+
+    latencies = []
+    last = -1
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        start = time.perf_counter()
+        text, _ = section(agent_dir, locale="en", now=datetime.now(UTC))
+        latencies.append(time.perf_counter() - start)
+        match = re.search(r"^- counter = (\d+) \(", text, re.MULTILINE)
+        assert match is not None, text
+        value = int(match.group(1))
+        assert value >= last, (value, last)
+        last = value
+    latencies.sort()
+    p50 = latencies[len(latencies) // 2] * 1000
+    p99 = latencies[int(len(latencies) * 0.99)] * 1000
+    print(f"{len(latencies)} {p50:.3f} {p99:.3f} {last}", flush=True)
+
+
 if __name__ == "__main__":
     name, *args = sys.argv[1:]
     if name == "increment":
         increment(args[0], int(args[1]), args[2])
     elif name == "write_forever":
         write_forever(args[0], int(args[1]))
+    elif name == "fault_write":
+        fault_write(args[0], args[1])
+    elif name == "load_writer":
+        load_writer(args[0], float(args[1]), args[2])
+    elif name == "load_reader":
+        load_reader(args[0], float(args[1]))
     else:
         raise SystemExit(f"unknown worker {name}")

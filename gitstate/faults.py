@@ -1,0 +1,24 @@
+"""Test-only fault injection: die at a named point of the write path.
+
+Set ``GITSTATE_TEST_FAULT`` to one of :data:`POINTS` in a writer's environment and the process
+exits abruptly (like SIGKILL: no cleanup, no finally) when it reaches that point. Unset, this
+costs one string comparison per point. The reliability tests use it to prove that a write is
+all or nothing at every step (docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import os
+
+POINTS = ("objects", "ref", "worktree", "projection")
+_ACTIVE = os.environ.get("GITSTATE_TEST_FAULT")
+
+
+def hit(point: str) -> None:
+    """Exit at once if the fault for ``point`` is armed."""
+    if point == _ACTIVE:
+        os._exit(137)
+
+
+def armed(point: str) -> bool:
+    return point == _ACTIVE
