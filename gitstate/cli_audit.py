@@ -204,3 +204,22 @@ def history(obj: Ctx, rebuild: bool) -> None:
             click.echo(f"rebuilt {repo.projection.path} from {count} commits")
         else:
             click.echo(str(repo.projection.path))
+
+
+@cli.command()
+@click.option("--auto", is_flag=True, hidden=True, help="Run as automatic maintenance.")
+@json_option
+@click.pass_obj
+def gc(obj: Ctx, auto: bool, as_json: bool) -> None:
+    """Pack loose objects (about 12 KiB per commit loose, well under 1 KiB packed).
+
+    Runs beside writers without taking the write lock; runs by itself in the background when
+    [gitstate] gc_loose_objects (3000) is passed, unless auto_gc = false.
+    """
+    from .maintenance import run_gc
+
+    with obj.repo() as repo:
+        figures = run_gc(repo, auto=auto)
+    _emit(figures, as_json, f"packed: {figures['bytes_before']:,} -> {figures['bytes_after']:,} "
+          f"bytes of objects for {figures['commits']:,} commits "
+          f"({figures['bytes_per_commit']:,.0f} B/commit) in {figures['seconds']} s")

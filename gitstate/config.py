@@ -35,6 +35,8 @@ class Config:
     identity_name: str = "gitstate"
     identity_email: str = "gitstate@localhost"
     max_stored_keys: int = 256
+    auto_gc: bool = True
+    gc_loose_objects: int = 3000
 
     def __init__(self, **values: object) -> None:
         for name, value in values.items():
@@ -58,6 +60,8 @@ _SETTINGS: dict[tuple[str, str], tuple[str, type, int | None, int | None]] = {
     ("gitstate", "identity_name"): ("identity_name", str, None, None),
     ("gitstate", "identity_email"): ("identity_email", str, None, None),
     ("gitstate", "max_stored_keys"): ("max_stored_keys", int, 1, 4096),
+    ("gitstate", "auto_gc"): ("auto_gc", bool, None, None),
+    ("gitstate", "gc_loose_objects"): ("gc_loose_objects", int, 50, 10_000_000),
 }
 _ = [getattr(Config, attr) for attr, *_ in _SETTINGS.values()]  # every setting has a default
 

@@ -594,6 +594,10 @@ class StateRepo:
                     warnings.append(f"committed {commit[:12]}, but refreshing the working tree "
                                     f"or history failed ({exc}); the next operation repairs it")
                 result.commit = commit
+                with contextlib.suppress(OSError):
+                    from .maintenance import maybe_start
+
+                    maybe_start(self, commit)
                 live = new_state.live(now)
                 result.live_keys, result.max_keys = len(live), self.config.max_keys
                 result.warnings = warnings

@@ -25,6 +25,8 @@ import fcntl
 import hashlib
 import io
 import os
+import shutil
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -34,7 +36,7 @@ from typing import TypeVar
 from dulwich.errors import NotGitRepository
 from dulwich.file import FileLocked
 from dulwich.index import index_entry_from_stat, write_index_dict
-from dulwich.objects import Blob, Commit, ObjectID, Tree
+from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
@@ -212,7 +214,7 @@ class GitStore:
         except KeyError:
             return None
         try:
-            blob = self.repo.object_store[sha]
+            blob = self._get(sha)
         except Exception as exc:
             raise StoreError(f"blob {sha.decode()} at {commit} is unreadable ({exc})",
                              rule="store.corrupt_object") from exc
@@ -258,9 +260,20 @@ class GitStore:
             yield info
             current = info.parents[0] if info.parents else None
 
+    def _get(self, sha: ObjectID) -> ShaFile:
+        """Read an object. dulwich looks in packs, then loose: a concurrent repack can move
+        a loose object into a new pack between the two looks, so a miss is retried (the
+        retry rescans the pack directory), as git's own readers do."""
+        for attempt in range(3):
+            try:
+                return self.repo.object_store[sha]
+            except KeyError:
+                time.sleep(0.005 * attempt)
+        return self.repo.object_store[sha]
+
     def _commit(self, commit: str) -> Commit:
         try:
-            obj = self.repo.object_store[ObjectID(commit.encode())]
+            obj = self._get(ObjectID(commit.encode()))
         except KeyError as exc:
             raise StoreError(f"commit {commit} is missing from the object store",
                              rule="store.missing_object") from exc
@@ -274,7 +287,7 @@ class GitStore:
     def _tree(self, commit: str) -> Tree:
         sha = self._commit(commit).tree
         try:
-            tree = self.repo.object_store[sha]
+            tree = self._get(sha)
         except Exception as exc:
             raise StoreError(f"tree {sha.decode()} of {commit} is unreadable ({exc})",
                              rule="store.corrupt_object") from exc
@@ -317,9 +330,8 @@ class GitStore:
         commit.encoding = b"UTF-8"
         commit.message = message
         new_objects += [tree, commit]
-        store = self.repo.object_store
         for obj in new_objects:
-            self._stale_lock_safe(lambda o=obj: store.add_object(o))  # type: ignore[misc]
+            self._stale_lock_safe(lambda o=obj: self._add_object(o))  # type: ignore[misc]
         self._fsync_dirs({str(self.git_dir / "objects" / o.id[:2].decode())
                           for o in new_objects})
         faults.hit("objects")  # objects durable, ref not moved yet
@@ -337,12 +349,27 @@ class GitStore:
                                       identity.decode("utf-8", "replace"))
         return new_id
 
+    def _add_object(self, obj: Blob | Tree | Commit) -> None:
+        # A concurrent `git prune-packed` removes empty fan-out directories, possibly between
+        # dulwich's mkdir and its open of `<sha>.lock`: try again, the mkdir comes first.
+        for _ in range(5):
+            try:
+                self.repo.object_store.add_object(obj)
+                return
+            except FileNotFoundError:
+                continue
+        self.repo.object_store.add_object(obj)
+
     @staticmethod
     def _fsync_dirs(dirs: set[str]) -> None:
         """A new directory entry (object file, renamed ref) is durable only once its
-        directory is fsynced."""
+        directory is fsynced. (A fan-out directory that vanished was emptied by a concurrent
+        prune-packed: its objects are in a pack, which the packer made durable.)"""
         for d in dirs:
-            fd = os.open(d, os.O_RDONLY)
+            try:
+                fd = os.open(d, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
             try:
                 os.fsync(fd)
             finally:
@@ -422,6 +449,49 @@ class GitStore:
         for p in self.path.glob(".*.tmp"):
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
+
+    # -- maintenance ----------------------------------------------------------------------
+
+    def loose_estimate(self, commit: str) -> int:
+        """Estimated loose objects: 256 x the entries of the new commit's fan-out directory
+        (one listdir per write instead of 256)."""
+        try:
+            return 256 * len(os.listdir(self.git_dir / "objects" / commit[:2]))
+        except FileNotFoundError:
+            return 0
+
+    def gc(self, prune_hours: float = 1.0) -> dict[str, int]:
+        """Pack loose objects without taking the write lock.
+
+        Packing is safe beside a running writer: only objects already listed are packed and
+        then removed as loose copies, and a writer's new objects stay loose until the next run.
+        Refs are never packed or touched here (``git pack-refs`` locks the branch ref, which
+        a writer would take for a stale lock). Unreachable loose objects (left by killed writes)
+        are pruned once older than ``prune_hours``.
+        """
+        before = self.disk_usage()
+        git = shutil.which("git")
+        if git:  # git's repack stores deltas: 2-3x smaller packs than dulwich's
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.git_dir),
+                   "GIT_CONFIG_NOSYSTEM": "1"}
+            for args in (["repack", "-d", "-q", "--no-write-bitmap-index"],
+                         ["prune-packed", "-q"],
+                         ["prune", f"--expire={int(prune_hours * 3600)}.seconds.ago"]):
+                subprocess.run([git, "-C", str(self.path), *args], env=env, check=True,
+                               capture_output=True, timeout=3600)
+        else:
+            self.repo.object_store.pack_loose_objects()
+        after = self.disk_usage()
+        return {"bytes_before": before, "bytes_after": after}
+
+    def disk_usage(self) -> int:
+        """Bytes used by the object store (loose objects and packs)."""
+        total = 0
+        for root, _dirs, files in os.walk(self.git_dir / "objects"):
+            for name in files:
+                with contextlib.suppress(FileNotFoundError):
+                    total += os.stat(os.path.join(root, name)).st_blocks * 512
+        return total
 
     def patch(self, commit: str) -> str:
         """The raw git diff of ``commit`` against its first parent."""

@@ -99,6 +99,21 @@ def load_reader(agent_dir: str, seconds: float) -> None:
     print(f"{len(latencies)} {p50:.3f} {p99:.3f} {last}", flush=True)
 
 
+def gc_loop(agent_dir: str, seconds: float) -> None:
+    """Run maintenance again and again (as a separate process) until the deadline."""
+    import time
+
+    from gitstate.maintenance import run_gc
+
+    runs = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with StateRepo(agent_dir) as repo:
+            run_gc(repo)
+        runs += 1
+    print(runs, flush=True)
+
+
 if __name__ == "__main__":
     name, *args = sys.argv[1:]
     if name == "increment":
@@ -109,6 +124,8 @@ if __name__ == "__main__":
         fault_write(args[0], args[1])
     elif name == "load_writer":
         load_writer(args[0], float(args[1]), args[2])
+    elif name == "gc_loop":
+        gc_loop(args[0], float(args[1]))
     elif name == "load_reader":
         load_reader(args[0], float(args[1]))
     else:
