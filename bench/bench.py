@@ -1,7 +1,8 @@
 """gitstate benchmarks: medians and ratios, measured side by side in one run.
 
-    python bench/bench.py            # the full table (a few minutes)
+    python bench/bench.py            # every table (about 15 minutes: it builds 100,000 commits)
     python bench/bench.py --quick    # a smoke run for CI: checks that it runs, not how fast
+    python bench/bench.py --only writes   # writes | process | history | concurrency
 
 Every figure is a median over repeated runs on the same machine in the same process run,
 next to its baseline:
@@ -29,6 +30,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gitstate.repo import StateRepo
+
+sys.path.insert(0, str(Path(__file__).parent))
+import concurrency
+import history
 
 
 def median_ms(samples: list[float]) -> float:
@@ -155,11 +160,25 @@ def bench_render_process(n: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke run (CI)")
+    parser.add_argument("--only", choices=["writes", "process", "history", "concurrency"])
     args = parser.parse_args()
     n_writes, n_cli, n_proc = (30, 5, 3) if args.quick else (2000, 200, 40)
 
     print(f"machine: {platform.platform()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}")
+    if args.only in (None, "writes"):
+        print_writes(n_writes, n_cli)
+    if args.only in (None, "process"):
+        print_process(n_proc)
+    if args.only in (None, "history"):
+        sys.argv = [sys.argv[0], *(["--quick"] if args.quick else [])]
+        history.main()
+    if args.only in (None, "concurrency"):
+        sys.argv = [sys.argv[0], *(["--quick"] if args.quick else [])]
+        concurrency.main()
+
+
+def print_writes(n_writes: int, n_cli: int) -> None:
     print(f"durable set, in-process: {n_writes} writes each (git CLI: {n_cli})")
     w = bench_durable_set(n_writes, n_cli)
     print(f"  {'store':<28}{'median ms':>10}{'vs plain':>10}{'vs git CLI':>12}")
@@ -167,6 +186,9 @@ def main() -> None:
                         ("git_cli", "git CLI plumbing")):
         print(f"  {label:<28}{w[name]:>10.3f}{w[name] / w['plain']:>9.2f}x"
               f"{w[name] / w['git_cli']:>11.2f}x")
+
+
+def print_process(n_proc: int) -> None:
     print(f"\nwhole process, 32-key state: {n_proc} runs each")
     r = bench_render_process(n_proc)
     print(f"  {'command':<36}{'median ms':>10}{'vs import json':>16}")

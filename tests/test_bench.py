@@ -33,3 +33,10 @@ def test_mcp_roundtrip_bench_quick() -> None:
     """mcp_roundtrip.py --quick compares a set over MCP with the same set in-process."""
     text = _run("mcp_roundtrip.py")
     assert "MCP client over stdio" in text and "in-process" in text
+
+
+def test_concurrency_bench_quick() -> None:
+    """concurrency.py --quick measures 1, 2, 4 and 8 writers."""
+    text = _run("concurrency.py")
+    assert "writers" in text and len([line for line in text.splitlines()
+                                      if line.strip()[:1].isdigit()]) == 4
