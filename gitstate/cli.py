@@ -326,9 +326,9 @@ def demo(keep: bool, demo_dir: Path | None) -> None:
     run_demo(demo_dir, keep=keep)
 
 
-from . import cli_audit, cli_typed  # noqa: E402  (they register their commands on `cli`)
+from . import cli_audit, cli_remote, cli_typed  # noqa: E402  (they register commands)
 
-_ = (cli_audit, cli_typed)
+_ = (cli_audit, cli_remote, cli_typed)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,6 +35,7 @@ class Config:
     identity_name: str = "gitstate"
     identity_email: str = "gitstate@localhost"
     max_stored_keys: int = 256
+    sync: str = "local-first"  # or "remote-first": every write is pushed before it returns
     auto_gc: bool = True
     gc_loose_objects: int = 3000
 
@@ -61,6 +62,7 @@ _SETTINGS: dict[tuple[str, str], tuple[str, type, int | None, int | None]] = {
     ("gitstate", "identity_email"): ("identity_email", str, None, None),
     ("gitstate", "max_stored_keys"): ("max_stored_keys", int, 1, 4096),
     ("gitstate", "auto_gc"): ("auto_gc", bool, None, None),
+    ("gitstate", "sync"): ("sync", str, None, None),
     ("gitstate", "gc_loose_objects"): ("gc_loose_objects", int, 50, 10_000_000),
 }
 _ = [getattr(Config, attr) for attr, *_ in _SETTINGS.values()]  # every setting has a default
@@ -129,6 +131,9 @@ def config_from_dict(raw: dict[str, Any], *, source: str = "config") -> Config:
         )
     if config.timezone is not None:
         check_timezone(config.timezone)
+    if config.sync not in ("local-first", "remote-first"):
+        raise ConfigError(f"{source}: [gitstate] sync must be local-first or remote-first",
+                          rule="config.sync")
     for name in ("identity_name", "identity_email"):
         text = getattr(config, name)
         if not text or any(c in text for c in "<>\n\r\0"):

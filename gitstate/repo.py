@@ -558,6 +558,11 @@ class StateRepo:
                       files: dict[str, bytes | None] | None) -> WriteResult:
         with self._mutex, self.store.lock(), self.store.writing():
             warnings = self._recover_locked(keep_hand_edits)
+            remote_first = self.config.sync == "remote-first"
+            if remote_first:
+                from .sync import before_remote_first_write, commit_remote_first
+
+                before_remote_first_write(self)
             if request is not None:
                 from .typed import find_request
 
@@ -572,9 +577,10 @@ class StateRepo:
                 if request is not None:
                     change = dataclasses.replace(change, request=request)
                 data = new_state.to_bytes()
-                commit = self.store.commit(
-                    base, {STATE_FILE: data, **(files or {})}, change.message(),
-                    _identity(self.config), int(now.timestamp()), self._tz_offset(now))
+                args = (base, {STATE_FILE: data, **(files or {})}, change.message(),
+                        _identity(self.config), int(now.timestamp()), self._tz_offset(now))
+                commit = commit_remote_first(self, *args) if remote_first else \
+                    self.store.commit(*args)
                 if commit is None:
                     continue  # main moved under us (a writer outside gitstate): start over
                 # The ref moved: the write is committed. Anything failing from here on is

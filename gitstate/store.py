@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dulwich.errors import NotGitRepository
 from dulwich.file import FileLocked
@@ -83,7 +83,8 @@ class GitStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.git_dir = path / ".git"
+        # a working repository keeps .git; a bare one (a server) is the git dir itself
+        self.git_dir = path / ".git" if (path / ".git").exists() else path
         try:
             self.repo = Repo(str(path))
         except NotGitRepository as exc:
@@ -96,6 +97,14 @@ class GitStore:
         # most recent ones are kept to spare re-reading objects on every write.
         self._known: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {}
         self.last_commit: CommitInfo | None = None
+
+    def use_quarantine(self, object_dir: str) -> None:
+        """In a pre-receive hook, the pushed objects wait in git's quarantine directory
+        (GIT_OBJECT_DIRECTORY): read from it first, then from the repository."""
+        from dulwich.object_store import DiskObjectStore, OverlayObjectStore
+
+        overlay = OverlayObjectStore([DiskObjectStore(object_dir), self.repo.object_store])
+        self.repo.object_store = overlay  # type: ignore[assignment]
 
     # -- creation -------------------------------------------------------------------------
 
@@ -308,6 +317,17 @@ class GitStore:
     ) -> str | None:
         """Write a commit of ``files`` (None deletes) on top of ``base`` and move main to it
         if main still equals ``base``. Returns the new id, or None when main moved."""
+        new_id = self.make_commit(base, files, message, identity, when, tz_offset)
+        faults.hit("objects")  # objects durable, ref not moved yet
+        if not self.move_ref(BRANCH.decode(), base, new_id):
+            return None
+        faults.hit("ref")  # committed; working tree and projection not refreshed yet
+        return new_id
+
+    def make_commit(self, base: str | None, files: dict[str, bytes | None], message: bytes,
+                    identity: bytes, when: int, tz_offset: int = 0,
+                    author_time: int | None = None) -> str:
+        """Write (durably) the objects of a commit on ``base``; no ref moves."""
         tree = Tree()
         if base is not None:
             for name, blob_id in self.file_ids(base).items():
@@ -325,7 +345,8 @@ class GitStore:
         commit.tree = tree.id
         commit.parents = [ObjectID(base.encode())] if base else []
         commit.author = commit.committer = identity
-        commit.author_time = commit.commit_time = when
+        commit.author_time = author_time if author_time is not None else when
+        commit.commit_time = when
         commit.author_timezone = commit.commit_timezone = tz_offset
         commit.encoding = b"UTF-8"
         commit.message = message
@@ -334,20 +355,98 @@ class GitStore:
             self._stale_lock_safe(lambda o=obj: self._add_object(o))  # type: ignore[misc]
         self._fsync_dirs({str(self.git_dir / "objects" / o.id[:2].decode())
                           for o in new_objects})
-        faults.hit("objects")  # objects durable, ref not moved yet
-        old = ObjectID(base.encode()) if base else ZERO
-        moved = self._stale_lock_safe(
-            lambda: self.repo.refs.set_if_equals(BRANCH, old, commit.id))
-        if not moved:
-            return None
-        self._fsync_dirs({str(self.git_dir / "refs" / "heads")})
-        faults.hit("ref")  # committed; working tree and projection not refreshed yet
         new_id = commit.id.decode()
         self._remember(new_id, (base,) if base else (),
                        {e.path.decode(): e.sha.decode() for e in tree.iteritems()})
-        self.last_commit = CommitInfo(new_id, (base,) if base else (), when, message,
-                                      identity.decode("utf-8", "replace"))
+        self.last_commit = CommitInfo(new_id, (base,) if base else (), commit.author_time,
+                                      message, identity.decode("utf-8", "replace"))
         return new_id
+
+    def move_ref(self, name: str, old: str | None, new: str | None) -> bool:
+        """Compare-and-swap any ref (None: absent / delete); durable when it returns."""
+        ref = Ref(name.encode())
+        old_id = ObjectID(old.encode()) if old else ZERO
+        if new is None:
+            return bool(self._stale_lock_safe(
+                lambda: self.repo.refs.remove_if_equals(ref, old_id)))
+        moved = self._stale_lock_safe(
+            lambda: self.repo.refs.set_if_equals(ref, old_id, ObjectID(new.encode())))
+        if moved:
+            self._fsync_dirs({os.path.dirname(self.git_dir / name)})
+        return bool(moved)
+
+    def ref(self, name: str) -> str | None:
+        try:
+            return self.repo.refs[Ref(name.encode())].decode()
+        except KeyError:
+            return None
+
+    def is_ancestor(self, ancestor: str, commit: str) -> bool:
+        """Whether ``ancestor`` is on ``commit``'s first-parent chain (gitstate histories
+        are linear)."""
+        return any(info.id == ancestor for info in self.walk(commit))
+
+    # -- remotes ----------------------------------------------------------------------------
+
+    def remote_url(self) -> str | None:
+        config = self.repo.get_config()
+        try:
+            return config.get((b"remote", b"origin"), b"url").decode()
+        except KeyError:
+            return None
+
+    def set_remote_url(self, url: str | None) -> None:
+        config = self.repo.get_config()
+        if url is None:
+            with contextlib.suppress(KeyError):
+                del config[(b"remote", b"origin")]
+        else:
+            config.set((b"remote", b"origin"), b"url", url.encode())
+            config.set((b"remote", b"origin"), b"fetch",
+                       b"+refs/heads/main:refs/remotes/origin/main")
+        config.write_to_path()
+
+    def fetch(self, url: str) -> str | None:
+        """Fetch the remote's main into this object store; returns its id (None: empty)."""
+        from dulwich.client import get_transport_and_path
+
+        client, path = get_transport_and_path(url)
+        result = client.fetch(path.encode() if isinstance(path, str) else path, self.repo)
+        remote = result.refs.get(BRANCH)
+        return remote.decode() if remote else None
+
+    def push(self, url: str, lease: str | None, new: str) -> bool:
+        """Move the remote's main from ``lease`` to ``new``, only if it still is ``lease``
+        (the server's receive-pack checks the old value too). False when it moved on."""
+        from dulwich.client import get_transport_and_path
+
+        client, path = get_transport_and_path(url)
+        expected = ObjectID(lease.encode()) if lease else None
+        seen: dict[str, bool] = {"moved": False}
+
+        def update_refs(refs: dict[Ref, ObjectID]) -> dict[Ref, ObjectID]:
+            current = refs.get(BRANCH)
+            if current in (None, ZERO):
+                current = None
+            if current != expected:
+                seen["moved"] = True
+                return {}
+            return {BRANCH: ObjectID(new.encode())}
+
+        def pack(have: Any, want: Any, *, ofs_delta: bool = False,
+                 progress: Any = None) -> Any:
+            return self.repo.object_store.generate_pack_data(have, want, ofs_delta=ofs_delta)
+
+        result = client.send_pack(path.encode() if isinstance(path, str) else path,
+                                  update_refs, pack)
+        if seen["moved"]:
+            return False
+        status = (result.ref_status or {}).get(BRANCH)
+        if status is None:
+            return True
+        if "hook" in status or "denied" in status:
+            raise StoreError(f"the remote refused the push: {status}", rule="remote.refused")
+        return False  # the ref moved between the advertisement and the update: a lost race
 
     def _add_object(self, obj: Blob | Tree | Commit) -> None:
         # A concurrent `git prune-packed` removes empty fan-out directories, possibly between

@@ -1,0 +1,183 @@
+"""Commands beyond one machine: remote, clone, push, pull, status, verify-push, fleet.
+Registered on the main click group by importing this module."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .cli import Ctx, _emit, cli, json_option
+from .errors import Refused
+
+
+@cli.group()
+def remote() -> None:
+    """The state repository's remote (any git server: path, git://, http(s)://, ssh://)."""
+
+
+@remote.command("set")
+@click.argument("url")
+@click.pass_obj
+def remote_set(obj: Ctx, url: str) -> None:
+    """Use URL as the remote (origin)."""
+    with obj.repo() as repo:
+        repo.store.set_remote_url(url)
+    click.echo(f"remote set to {url}")
+
+
+@remote.command("show")
+@click.pass_obj
+def remote_show(obj: Ctx) -> None:
+    """Print the remote URL (exit 1 when none is set)."""
+    with obj.repo() as repo:
+        url = repo.store.remote_url()
+    if not url:
+        raise Refused("no remote is set", rule="remote.none")
+    click.echo(url)
+
+
+@remote.command("unset")
+@click.pass_obj
+def remote_unset(obj: Ctx) -> None:
+    """Forget the remote (local history is untouched)."""
+    with obj.repo() as repo:
+        repo.store.set_remote_url(None)
+    click.echo("remote unset")
+
+
+def _sync_text(r: dict[str, Any]) -> str:
+    lines = [f"{r['action']}: main at {r['head'][:12]}"
+             + (f", pushed {r['pushed']}" if r["pushed"] else "")
+             + (f", re-applied {r['rebased']}" if r["rebased"] else "")]
+    for c in r["refused"]:
+        lines.append(f"refused {c['commit'][:12]} ({c['reason']}): [{c['rule']}] {c['message']}")
+        for key in c["local"]:
+            mine, theirs = c["local"][key], c["remote"][key]
+            lines.append(f"  {key}: local intent {mine['value'] if mine else '(cleared)'}; remote "
+                         f"{theirs['value'] if theirs else '(absent)'}"
+                         + (f" ({theirs['reason']})" if theirs else ""))
+    if r["kept_on"]:
+        lines.append(f"the local commits are kept on {r['kept_on']}")
+    return "\n".join(lines)
+
+
+@cli.command()
+@json_option
+@click.pass_obj
+def push(obj: Ctx, as_json: bool) -> None:
+    """Publish local changes (push with lease; re-applied on top if the remote moved).
+
+    Exit 1 when a local change no longer applies; it is shown with the remote's value and
+    kept on refs/gitstate/unpushed/<time>.
+    """
+    from .sync import push as do_push
+
+    with obj.repo() as repo:
+        result = do_push(repo).to_dict()
+    _emit(result, as_json, _sync_text(result))
+    if result["refused"]:
+        raise Refused(f"{len(result['refused'])} local change(s) no longer apply",
+                      rule="remote.conflict")
+
+
+@cli.command()
+@json_option
+@click.pass_obj
+def pull(obj: Ctx, as_json: bool) -> None:
+    """Fast-forward to the remote (never a merge; divergence is reported)."""
+    from .sync import pull as do_pull
+
+    with obj.repo() as repo:
+        result = do_pull(repo).to_dict()
+    _emit(result, as_json, _sync_text(result))
+
+
+@cli.command()
+@json_option
+@click.pass_obj
+def status(obj: Ctx, as_json: bool) -> None:
+    """Local main against the commit last seen on the remote (queued changes, no network)."""
+    from .sync import status as do_status
+
+    with obj.repo() as repo:
+        data = do_status(repo)
+    text = (f"main {data['head'][:12]}; remote {data['remote_url'] or '(none)'}; "
+            f"{data['ahead']} ahead, {data['behind']} behind; sync {data['sync']}")
+    if data["unpushed_refs"]:
+        text += "\nunresolved: " + ", ".join(data["unpushed_refs"])
+    _emit(data, as_json, text)
+
+
+@cli.command()
+@click.argument("url")
+@click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.pass_obj
+def clone(obj: Ctx, url: str, directory: Path | None) -> None:
+    """A new agent directory (DIRECTORY, else --agent-dir) from a remote state repository."""
+    from .sync import clone as do_clone
+
+    target = directory or obj.agent_dir
+    with do_clone(url, target) as repo:
+        click.echo(f"cloned {url} into {repo.state_dir} (main at {repo.head()[:12]})")
+
+
+@cli.command("verify-push")
+@click.argument("old")
+@click.argument("new")
+@click.argument("ref")
+@click.option("--git-dir", type=click.Path(file_okay=False, path_type=Path), default=".",
+              help="The (bare) repository receiving the push (default: current directory).")
+def verify_push(old: str, new: str, ref: str, git_dir: Path) -> None:
+    """Server-side check of one pushed ref update (what hooks/git/pre-receive runs).
+
+    Refuses non-fast-forward updates, commits without a reason or trailers, trailers that do
+    not replay to the committed state, and states that break the cap, limits or schema.
+    """
+    from .sync import verify_push as check
+
+    problems = check(git_dir, old, new, ref)
+    for problem in problems:
+        click.echo(f"gitstate: {problem}", err=True)
+    if problems:
+        raise Refused(f"push refused: {len(problems)} problem(s)", rule="verify_push.failed")
+
+
+@cli.command()
+@click.argument("root", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--expiring-hours", type=float, default=4.0, show_default=True,
+              help="List live keys that expire within this many hours.")
+@json_option
+def fleet(root: Path, expiring_hours: float, as_json: bool) -> None:
+    """One row per agent directory under ROOT: keys, last change, expiring keys, verify,
+    ahead/behind the remote."""
+    from .sync import fleet as do_fleet
+
+    def progress(items: list[Path]) -> Any:
+        if len(items) < 10 or not sys.stderr.isatty():
+            return items
+        return click.progressbar(items, label="agents", file=sys.stderr)
+
+    def wrapped(items: list[Path]) -> Any:
+        bar = progress(items)
+        if bar is items:
+            yield from items
+            return
+        with bar as it:
+            yield from it
+
+    rows = do_fleet(root, expiring_hours, progress=wrapped)
+    if as_json:
+        _emit(rows, True, "")
+        return
+    for r in rows:
+        if "error" in r:
+            click.echo(f"{r['agent']}: {r['error']}")
+            continue
+        last = r["last_change"]
+        click.echo(f"{r['agent']}: {r['live_keys']} live keys; last {last['time']} "
+                   f"{last['actor']}: {last['reason'][:60]}; expiring: "
+                   f"{', '.join(r['expiring']) or '-'}; verify {r['verify']}; "
+                   f"ahead {r['ahead']}, behind {r['behind']}")

@@ -1,0 +1,76 @@
+"""A smart-HTTP git server for the tests: `git http-backend` behind a tiny HTTP server on
+127.0.0.1. With --die-on-push it exits abruptly half-way through reading a push."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Handler(BaseHTTPRequestHandler):
+    root = ""
+    die_on_push = False
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            data = b""
+            while True:
+                size = int(self.rfile.readline().strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return data
+                data += self.rfile.read(size)
+                self.rfile.readline()
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def _cgi(self, method: str) -> None:
+        path, _, query = self.path.partition("?")
+        body = self._body() if method == "POST" else b""
+        if self.die_on_push and path.endswith("git-receive-pack"):
+            os._exit(1)  # the server dies mid-push, the body half consumed
+        env = {"GIT_PROJECT_ROOT": self.root, "GIT_HTTP_EXPORT_ALL": "1",
+               "PATH_INFO": path, "QUERY_STRING": query, "REQUEST_METHOD": method,
+               "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+               "CONTENT_LENGTH": str(len(body)), "REMOTE_USER": "test",
+               "REMOTE_ADDR": "127.0.0.1", "PATH": os.environ.get("PATH", ""),
+               "HOME": self.root, "GIT_CONFIG_NOSYSTEM": "1"}
+        out = subprocess.run(["git", "http-backend"], input=body, env=env,
+                             capture_output=True, check=False).stdout
+        head, _, payload = out.partition(b"\r\n\r\n")
+        status = 200
+        headers = []
+        for line in head.split(b"\r\n"):
+            name, _, value = line.decode().partition(": ")
+            if name.lower() == "status":
+                status = int(value.split()[0])
+            elif name:
+                headers.append((name, value))
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def do_GET(self) -> None:
+        self._cgi("GET")
+
+    def do_POST(self) -> None:
+        self._cgi("POST")
+
+
+def main() -> None:
+    Handler.root = sys.argv[1]
+    Handler.die_on_push = "--die-on-push" in sys.argv
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    print(server.server_address[1], flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

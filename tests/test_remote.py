@@ -1,0 +1,322 @@
+"""Specification of sync through real git servers on loopback: git daemon and smart HTTP
+(git http-backend), push with lease, semantic re-apply, fast-forward pulls, remote-first races,
+a server dying mid-push, and the server-side pre-receive check."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gitstate import audit
+from gitstate.errors import CasMismatch, Refused, StoreError
+from gitstate.repo import StateRepo
+from gitstate.sync import clone, fleet, pull, push, status
+from tests.helpers import GIT, git, run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.skipif(GIT is None, reason="needs the git CLI for the servers")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _bare(root: Path, name: str = "remote.git") -> Path:
+    path = root / name
+    subprocess.run([GIT or "git", "init", "-q", "--bare", "-b", "main", str(path)], check=True)
+    subprocess.run([GIT or "git", "-C", str(path), "config", "http.receivepack", "true"],
+                   check=True)
+    return path
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[str]:
+    """git daemon on 127.0.0.1 serving an empty bare repository, receive-pack enabled."""
+    root = tmp_path / "srv"
+    root.mkdir()
+    _bare(root)
+    port = _free_port()
+    proc = subprocess.Popen([GIT or "git", "daemon", "--reuseaddr", "--export-all",
+                             "--enable=receive-pack", f"--base-path={root}",
+                             "--listen=127.0.0.1", f"--port={port}", str(root)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while True:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        assert time.monotonic() < deadline, "git daemon did not start"
+        time.sleep(0.05)
+    yield f"git://127.0.0.1:{port}/remote.git"
+    proc.kill()
+    proc.wait()
+
+
+def _http(root: Path, *flags: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "git_http_server.py"),
+                             str(root), *flags], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    port = int(proc.stdout.readline())
+    return proc, f"http://127.0.0.1:{port}/remote.git"
+
+
+@pytest.fixture
+def http(tmp_path: Path) -> Iterator[str]:
+    root = tmp_path / "httpsrv"
+    root.mkdir()
+    _bare(root)
+    proc, url = _http(root)
+    yield url
+    proc.kill()
+    proc.wait()
+
+
+def _publish(tmp_path: Path, url: str, name: str = "a") -> StateRepo:
+    repo = StateRepo.init(tmp_path / name)
+    repo.set("stop_loss.2317", 262, "跌破即出場")
+    repo.store.set_remote_url(url)
+    assert push(repo).action == "push"
+    return repo
+
+
+@pytest.mark.parametrize("server", ["daemon", "http"])
+def test_init_remote_push_clone(tmp_path: Path, server: str,
+                                request: pytest.FixtureRequest) -> None:
+    """init, remote set and push publish to an empty remote; clone reproduces the state."""
+    url = request.getfixturevalue(server)
+    a = _publish(tmp_path, url)
+    b = clone(url, tmp_path / "b")
+    assert b.head() == a.head() and b.state() == a.state()
+    assert all(c.ok for c in audit.verify(b))
+    assert status(a)["ahead"] == 0
+    a.set("stop_loss.2317", 257, "review", expected=262)
+    assert status(a)["ahead"] == 1  # queued locally
+    push(a)
+    assert pull(b).action == "fast-forward" and b.state().keys["stop_loss.2317"].value == 257
+    assert all(c.ok for c in audit.verify(b))
+    a.close()
+    b.close()
+
+
+def test_cli_forms(tmp_path: Path, daemon: str) -> None:
+    """gitstate remote set / show / unset, push, clone and pull from the command line."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    run_cli("init", agent_dir=a)
+    run_cli("set", "k", "1", "-r", "r", agent_dir=a)
+    assert run_cli("remote", "set", daemon, agent_dir=a).returncode == 0
+    assert run_cli("remote", "show", agent_dir=a).stdout.strip() == daemon
+    assert run_cli("push", agent_dir=a).returncode == 0
+    assert run_cli("clone", daemon, str(b)).returncode == 0
+    run_cli("set", "k", "2", "-r", "r2", agent_dir=a)
+    run_cli("push", agent_dir=a)
+    out = run_cli("pull", agent_dir=b)
+    assert out.returncode == 0 and "fast-forward" in out.stdout
+    assert run_cli("remote", "unset", agent_dir=a).returncode == 0
+    assert run_cli("remote", "show", agent_dir=a).returncode == 1
+    assert run_cli("push", agent_dir=a).returncode == 2
+
+
+def test_push_reapplies_and_refuses_with_both_sides(tmp_path: Path, daemon: str) -> None:
+    """A remote that moved on: independent changes are re-applied; a conflict is refused,
+    shown with both sides and kept on a named ref; nothing is lost."""
+    a = _publish(tmp_path, daemon)
+    b = clone(daemon, tmp_path / "b")
+    a.set("stop_loss.2317", 257, "a: review", expected=262)
+    push(a)
+    b.set("position_cap", "96%", "b: unrelated")
+    b.set("stop_loss.2317", 254, "b: stale patrol", expected=262)
+    result = push(b)
+    assert result.rebased == 1 and len(result.refused) == 1
+    refused = result.refused[0]
+    assert refused["local"]["stop_loss.2317"]["value"] == 254
+    assert refused["remote"]["stop_loss.2317"]["value"] == 257
+    assert refused["remote"]["stop_loss.2317"]["reason"] == "a: review"
+    assert result.kept_on and b.store.ref(result.kept_on) is not None
+    kept_log = git(b.state_dir, "log", "--format=%s", result.kept_on).stdout
+    assert "b: stale patrol" in kept_log
+    pull(a)
+    assert a.state().keys["position_cap"].value == "96%"
+    assert a.state().keys["stop_loss.2317"].value == 257
+    for repo in (a, b):
+        assert all(c.ok for c in audit.verify(repo)), [c for c in audit.verify(repo) if not c.ok]
+
+
+def test_pull_refuses_divergence(tmp_path: Path, daemon: str) -> None:
+    """pull is fast-forward only: a diverged local main is reported, never merged."""
+    a = _publish(tmp_path, daemon)
+    b = clone(daemon, tmp_path / "b")
+    a.set("k", 1, "a")
+    push(a)
+    b.set("k", 2, "b")
+    with pytest.raises(Refused) as err:
+        pull(b)
+    assert err.value.rule == "remote.diverged"
+    assert b.state().keys["k"].value == 2
+
+
+def test_remote_first_race_exactly_one_wins(tmp_path: Path, daemon: str) -> None:
+    """Two clones in remote-first mode race CAS writes on one key: one wins every time."""
+    _publish(tmp_path, daemon).close()
+    repos = []
+    for name in ("x", "y"):
+        clone(daemon, tmp_path / name).close()
+        (tmp_path / name / "config.toml").write_text('[gitstate]\nsync = "remote-first"\n')
+        repos.append(StateRepo(tmp_path / name))
+    races = int(os.environ.get("GITSTATE_RACES", "100"))
+    wins = {"x": 0, "y": 0}
+    for n in range(races):
+        barrier = threading.Barrier(2)
+        outcome: dict[str, object] = {}
+
+        def write(repo: StateRepo, who: str, n: int = n,
+                  barrier: threading.Barrier = barrier,
+                  outcome: dict[str, object] = outcome) -> None:
+            current = repo.state().keys["stop_loss.2317"].value if n else 262
+            barrier.wait()
+            try:
+                repo.set("stop_loss.2317", 1000 + n, f"{who} round {n}",
+                         expected=262 if n == 0 else current)
+                outcome[who] = "won"
+            except CasMismatch as exc:
+                outcome[who] = exc.details["current"]["reason"]
+
+        threads = [threading.Thread(target=write, args=(r, w)) for r, w in zip(repos, "xy",
+                                                                                 strict=True)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        winners = [w for w, o in outcome.items() if o == "won"]
+        assert len(winners) == 1, outcome
+        loser = "y" if winners[0] == "x" else "x"
+        assert outcome[loser] == f"{winners[0]} round {n}"  # refused with the winner's value
+        wins[winners[0]] += 1
+        for repo in repos:  # both start the next race from the same remote head
+            pull(repo)
+    print(f"\nremote-first races: {races}, wins {wins}")
+    for repo in repos:
+        failed = [c for c in audit.verify(repo) if not c.ok]
+        assert not failed, failed
+        repo.close()
+
+
+def test_remote_first_offline_is_refused_local_first_queues(tmp_path: Path) -> None:
+    """Unreachable remote: remote-first refuses the write; local-first commits and queues."""
+    repo = StateRepo.init(tmp_path / "a")
+    repo.store.set_remote_url(f"git://127.0.0.1:{_free_port()}/nothing.git")
+    repo.set("k", 1, "local-first: committed, queued")
+    assert status(repo)["ahead"] == 2
+    repo.close()
+    (tmp_path / "a" / "config.toml").write_text('[gitstate]\nsync = "remote-first"\n')
+    with StateRepo(tmp_path / "a") as rf, pytest.raises(StoreError) as err:
+        rf.set("k", 2, "remote-first: refused")
+    assert err.value.rule == "remote.unreachable"
+
+
+def test_server_killed_mid_push_loses_nothing(tmp_path: Path) -> None:
+    """The HTTP server dies in the middle of a push: nothing lost; the next push completes."""
+    root = tmp_path / "srv"
+    root.mkdir()
+    _bare(root)
+    good, url = _http(root)
+    try:
+        a = _publish(tmp_path, url)
+    finally:
+        good.kill()
+    for i in range(50):
+        a.set(f"k{i % 10}", i, f"queued {i}")
+    dying, dying_url = _http(root, "--die-on-push")
+    a.store.set_remote_url(dying_url)
+    with pytest.raises(StoreError):
+        push(a)
+    dying.wait(timeout=10)
+    assert status(a)["ahead"] == 50 and a.state().keys["k9"].value == 49
+    good, url = _http(root)
+    try:
+        a.store.set_remote_url(url)
+        assert push(a).pushed == 50
+        b = clone(url, tmp_path / "b")
+        assert b.state() == a.state()
+        assert all(c.ok for c in audit.verify(b))
+    finally:
+        good.kill()
+
+
+def _install_pre_receive(bare: Path, tmp_path: Path) -> None:
+    shim = tmp_path / "bin" / "gitstate"
+    shim.parent.mkdir(exist_ok=True)
+    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m gitstate \"$@\"\n")
+    shim.chmod(0o755)
+    hook = bare / "hooks" / "pre-receive"
+    text = (ROOT / "hooks" / "git" / "pre-receive").read_text()
+    hook.write_text(text.replace("GITSTATE=${GITSTATE:-gitstate}", f"GITSTATE={shim}"))
+    hook.chmod(0o755)
+
+
+def test_pre_receive_refuses_bad_pushes(tmp_path: Path) -> None:
+    """The server hook refuses a forced push, an amended commit and a hand-made commit that
+    breaks the cap; a good push passes."""
+    bare = _bare(tmp_path)
+    _install_pre_receive(bare, tmp_path)
+    a = _publish(tmp_path, str(bare))
+    a.set("k", 1, "good change")
+    assert push(a).action == "push"  # passes the hook
+    work = tmp_path / "work"
+    env_git = ["-c", "user.name=x", "-c", "user.email=x@x"]
+    subprocess.run([GIT or "git", "clone", "-q", str(bare), str(work)], check=True)
+    # an amended commit, force-pushed
+    git(work, *env_git, "commit", "-q", "--amend", "-m", "rewritten reason", "--no-verify")
+    forced = git(work, "push", "--force", "origin", "main")
+    assert forced.returncode != 0 and "does not descend" in forced.stderr
+    git(work, "reset", "-q", "--hard", "origin/main")
+    # a forced push that drops the last commit
+    git(work, "reset", "-q", "--hard", "HEAD~1")
+    dropped = git(work, "push", "--force", "origin", "main")
+    assert dropped.returncode != 0 and "non-fast-forward" in dropped.stderr
+    git(work, "reset", "-q", "--hard", "origin/main")
+    # a hand-made commit with 40 live keys
+    import json
+
+    state = json.loads((work / "working_state.json").read_text())
+    for i in range(40):
+        state["keys"][f"extra{i}"] = {"value": i, "set_at": "2026-08-13T00:00:00Z",
+                                      "reason": "hand", "actor": "x", "expires_at": None}
+    (work / "working_state.json").write_text(json.dumps(state, indent=2))
+    git(work, "add", "working_state.json")
+    git(work, *env_git, "commit", "-q", "--no-verify", "-m",
+        "hand\n\nGitstate-Op: set\nGitstate-Key: extra0\nGitstate-Old: null\nGitstate-New: 0\n"
+        "Gitstate-Expires: none\nGitstate-Actor: x\nGitstate-Version: 1")
+    hand = git(work, "push", "origin", "main")
+    assert hand.returncode != 0 and "exceed the cap" in hand.stderr
+    assert "differs from what its trailers say" in hand.stderr
+    remote_head = git(bare, "rev-parse", "main").stdout.strip()
+    assert remote_head == a.head()
+
+
+def test_fleet_view(tmp_path: Path, daemon: str) -> None:
+    """fleet: one row per agent with keys, last change, expiring keys, verify, ahead/behind."""
+    root = tmp_path / "fleet"
+    for name in ("alpha", "beta", "gamma"):
+        with StateRepo.init(root / name) as repo:
+            repo.set("stop", 262, f"{name} rule", ttl_hours=1)
+            repo.set("cap", "96%", "cap")
+    rows = {r["agent"]: r for r in fleet(root)}
+    assert set(rows) == {"alpha", "beta", "gamma"}
+    assert rows["beta"]["live_keys"] == 2 and rows["beta"]["expiring"] == ["stop"]
+    assert rows["beta"]["verify"] == "ok" and rows["beta"]["last_change"]["reason"] == "cap"
+    out = run_cli("fleet", str(root), "--json")
+    assert out.returncode == 0 and len(__import__("json").loads(out.stdout)) == 3
+    shutil.rmtree(root / "gamma" / "state" / ".git" / "objects")
+    rows = {r["agent"]: r for r in fleet(root)}
+    assert "error" in rows["gamma"] or rows["gamma"]["verify"] != "ok"
