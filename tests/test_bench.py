@@ -40,3 +40,9 @@ def test_concurrency_bench_quick() -> None:
     text = _run("concurrency.py")
     assert "writers" in text and len([line for line in text.splitlines()
                                       if line.strip()[:1].isdigit()]) == 4
+
+
+def test_remote_bench_quick() -> None:
+    """remote.py --quick measures push, pull and fleet on loopback."""
+    text = _run("remote.py")
+    assert "push (with lease)" in text and "gitstate fleet" in text

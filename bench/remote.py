@@ -1,0 +1,76 @@
+"""Sync on loopback: push and pull latency for one change through git daemon, and the time
+of `gitstate fleet` over 100 agent directories.
+
+    python bench/remote.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from gitstate.repo import StateRepo
+from gitstate.sync import clone, fleet, pull, push
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    rounds, agents = (5, 5) if args.quick else (100, 100)
+    root = Path(tempfile.mkdtemp(prefix="gitstate-remote-bench-"))
+    port = _port()
+    (root / "srv").mkdir()
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(root / "srv" / "r.git")],
+                   check=True)
+    daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all",
+                               "--enable=receive-pack", f"--base-path={root / 'srv'}",
+                               "--listen=127.0.0.1", f"--port={port}", str(root / "srv")])
+    try:
+        time.sleep(0.5)
+        url = f"git://127.0.0.1:{port}/r.git"
+        a = StateRepo.init(root / "a")
+        a.set("stop_loss.2317", 262, "rule")
+        a.store.set_remote_url(url)
+        push(a)
+        b = clone(url, root / "b")
+        push_ms, pull_ms = [], []
+        for i in range(rounds):
+            a.set("stop_loss.2317", 300 + i, f"change {i}")
+            start = time.perf_counter()
+            push(a)
+            push_ms.append((time.perf_counter() - start) * 1000)
+            start = time.perf_counter()
+            pull(b)
+            pull_ms.append((time.perf_counter() - start) * 1000)
+        print(f"loopback git daemon, one change, {rounds} rounds     median ms")
+        print(f"  push (with lease)                         {statistics.median(push_ms):>8.2f}")
+        print(f"  pull (fetch + fast-forward)               {statistics.median(pull_ms):>8.2f}")
+        fleet_root = root / "fleet"
+        for n in range(agents):
+            with StateRepo.init(fleet_root / f"agent{n:03d}") as repo:
+                for k in range(5):
+                    repo.set(f"rule.{k}", k, "r", ttl_hours=k + 1)
+        start = time.perf_counter()
+        rows = fleet(fleet_root)
+        seconds = time.perf_counter() - start
+        print(f"  gitstate fleet, {len(rows)} agents (in-process)      {seconds * 1000:>8.0f}")
+    finally:
+        daemon.kill()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
