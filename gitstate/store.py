@@ -51,6 +51,7 @@ SCHEMA_FILE = "schema.yaml"  # (gitstate.schema owns its meaning; the store only
 WRITING_FILE = "gitstate-writing"
 FILE_MODE = 0o100644
 T = TypeVar("T")
+ObjT = TypeVar("ObjT", bound=ShaFile)
 
 
 def git_blob_id(data: bytes) -> str:
@@ -222,14 +223,7 @@ class GitStore:
             _, sha = tree[name.encode()]
         except KeyError:
             return None
-        try:
-            blob = self._get(sha)
-        except Exception as exc:
-            raise StoreError(f"blob {sha.decode()} at {commit} is unreadable ({exc})",
-                             rule="store.corrupt_object") from exc
-        if not isinstance(blob, Blob):
-            raise StoreError(f"{sha.decode()} is not a blob", rule="store.corrupt_object")
-        return blob.as_raw_string()
+        return self._read_as(sha, Blob, f"blob of {name} at {commit}").as_raw_string()
 
     def file_ids(self, commit: str) -> dict[str, str]:
         """File name -> blob id at ``commit``."""
@@ -281,28 +275,25 @@ class GitStore:
         return self.repo.object_store[sha]
 
     def _commit(self, commit: str) -> Commit:
-        try:
-            obj = self._get(ObjectID(commit.encode()))
-        except KeyError as exc:
-            raise StoreError(f"commit {commit} is missing from the object store",
-                             rule="store.missing_object") from exc
-        except Exception as exc:  # zlib / header / format errors: a damaged object file
-            raise StoreError(f"object {commit} is corrupt ({exc}); run `gitstate verify`",
-                             rule="store.corrupt_object") from exc
-        if not isinstance(obj, Commit):
-            raise StoreError(f"{commit} is not a commit", rule="store.not_commit")
-        return obj
+        return self._read_as(ObjectID(commit.encode()), Commit, f"commit {commit}")
 
     def _tree(self, commit: str) -> Tree:
-        sha = self._commit(commit).tree
+        return self._read_as(self._commit(commit).tree, Tree, f"tree of {commit}")
+
+    def _read_as(self, sha: ObjectID, kind: type[ObjT], what: str) -> ObjT:
+        """An object of the expected type, or a StoreError naming the damaged object."""
         try:
-            tree = self._get(sha)
-        except Exception as exc:
-            raise StoreError(f"tree {sha.decode()} of {commit} is unreadable ({exc})",
-                             rule="store.corrupt_object") from exc
-        if not isinstance(tree, Tree):
-            raise StoreError(f"{sha.decode()} is not a tree", rule="store.corrupt_object")
-        return tree
+            obj = self._get(sha)
+        except KeyError as exc:
+            raise StoreError(f"{what} ({sha.decode()}) is missing from the object store",
+                             rule="store.missing_object") from exc
+        except Exception as exc:  # zlib / header / format errors: a damaged object file
+            raise StoreError(f"{what} ({sha.decode()}) is corrupt ({exc}); run "
+                             "`gitstate verify`", rule="store.corrupt_object") from exc
+        if not isinstance(obj, kind):
+            raise StoreError(f"{what} ({sha.decode()}) is not a {kind.__name__.lower()}",
+                             rule="store.corrupt_object")
+        return obj
 
     # -- writing --------------------------------------------------------------------------
 
