@@ -7,7 +7,9 @@ of `gitstate fleet` over 100 agent directories.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -35,11 +37,19 @@ def main() -> None:
     (root / "srv").mkdir()
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(root / "srv" / "r.git")],
                    check=True)
+    # its own session and no inherited pipes: git daemon forks a child per connection, and a
+    # lingering child must neither keep a caller's pipe open nor survive the benchmark
     daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all",
                                "--enable=receive-pack", f"--base-path={root / 'srv'}",
-                               "--listen=127.0.0.1", f"--port={port}", str(root / "srv")])
+                               "--listen=127.0.0.1", f"--port={port}", str(root / "srv")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
     try:
-        time.sleep(0.5)
+        deadline = time.monotonic() + 10
+        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+            if time.monotonic() > deadline:
+                raise SystemExit("git daemon did not start")
+            time.sleep(0.05)
         url = f"git://127.0.0.1:{port}/r.git"
         a = StateRepo.init(root / "a")
         a.set("stop_loss.2317", 262, "rule")
@@ -68,7 +78,8 @@ def main() -> None:
         seconds = time.perf_counter() - start
         print(f"  gitstate fleet, {len(rows)} agents (in-process)      {seconds * 1000:>8.0f}")
     finally:
-        daemon.kill()
+        os.killpg(daemon.pid, signal.SIGKILL)
+        daemon.wait()
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _run(script: str) -> str:
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--quick"],
+def _run(script: str, *extra: str) -> str:
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--quick", *extra],
                          capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout
@@ -18,7 +18,7 @@ def _run(script: str) -> str:
 
 def test_write_and_render_bench_quick() -> None:
     """bench.py --quick prints the durable-set and whole-process tables with ratios."""
-    text = _run("bench.py")
+    text = _run("bench.py", "--only", "writes") + _run("bench.py", "--only", "process")
     assert "plain JSON + JSONL, fsync" in text and "gitstate set" in text
     assert 'python -c "import json"' in text and "x" in text
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -50,7 +51,8 @@ def daemon(tmp_path: Path) -> Iterator[str]:
     proc = subprocess.Popen([GIT or "git", "daemon", "--reuseaddr", "--export-all",
                              "--enable=receive-pack", f"--base-path={root}",
                              "--listen=127.0.0.1", f"--port={port}", str(root)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
     deadline = time.monotonic() + 10
     while True:
         with socket.socket() as s:
@@ -59,7 +61,7 @@ def daemon(tmp_path: Path) -> Iterator[str]:
         assert time.monotonic() < deadline, "git daemon did not start"
         time.sleep(0.05)
     yield f"git://127.0.0.1:{port}/remote.git"
-    proc.kill()
+    os.killpg(proc.pid, signal.SIGKILL)  # the daemon and its per-connection children
     proc.wait()
 
 
