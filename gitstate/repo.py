@@ -171,9 +171,11 @@ class StateRepo:
                     change = Change(op="init", reason="Initialize gitstate working state",
                                     actor=rules.check_actor(kwargs.get("actor") or
                                                             kwargs.get("writer", "runtime")))
+                    offset = resolve_tz(config.timezone).utcoffset(when)
                     commit = store.commit(None, {STATE_FILE: EMPTY.to_bytes()},
                                           change.message(), _identity(config),
-                                          int(when.timestamp()))
+                                          int(when.timestamp()),
+                                          int(offset.total_seconds()) if offset else 0)
                     if commit is not None:
                         store.checkout(commit)
                         Projection(state_dir).catch_up(store, commit)
