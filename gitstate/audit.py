@@ -212,6 +212,11 @@ def verify(repo: StateRepo, use_git: bool = True) -> list[Check]:
 
 
 def _object_checks(repo: StateRepo, use_git: bool) -> list[Check]:
+    from .maintenance import wait_idle
+
+    # packing moves objects from loose files into a pack: checking meanwhile would report
+    # objects as missing that are only in flight
+    wait_idle(repo.state_dir / ".git")
     checks = []
     problems = repo.store.object_problems()
     checks.append(Check("objects", not problems, "; ".join(problems[:5]),

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .errors import Refused
+
 if TYPE_CHECKING:
     from .repo import StateRepo
 
@@ -26,7 +28,9 @@ STALE_SECONDS = 3600
 
 def maybe_start(repo: StateRepo, commit: str) -> bool:
     """After a write: start background maintenance when loose objects pile up."""
-    if not repo.config.auto_gc or repo.store.loose_estimate(commit) < repo.config.gc_loose_objects:
+    objects = repo.store.last_objects or [commit]
+    if not repo.config.auto_gc or \
+            repo.store.loose_estimate(objects) < repo.config.gc_loose_objects:
         return False
     pid_path = repo.state_dir / ".git" / PID_FILE
     if not _claim(pid_path):
@@ -35,6 +39,20 @@ def maybe_start(repo: StateRepo, commit: str) -> bool:
         [sys.executable, "-m", "gitstate", "--agent-dir", str(repo.agent_dir), "gc", "--auto"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True, close_fds=True)
+    return True
+
+
+def wait_idle(git_dir: Path, timeout: float = 300.0) -> bool:
+    """Wait until no maintenance run holds the repository; False on timeout."""
+    pid_path = git_dir / PID_FILE
+    deadline = time.monotonic() + timeout
+    while pid_path.exists():
+        with contextlib.suppress(OSError):
+            if time.time() - pid_path.stat().st_mtime > STALE_SECONDS:
+                return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
     return True
 
 
@@ -52,15 +70,17 @@ def _claim(pid_path: Path) -> bool:
 
 
 def run_gc(repo: StateRepo, auto: bool = False) -> dict[str, Any]:
-    """Pack now; returns the figures. ``auto`` releases the claim taken by maybe_start."""
+    """Pack now; returns the figures. The pid file marks the run (``auto``: maybe_start
+    claimed it already), so `verify` waits rather than read a half-moved object store."""
     pid_path = repo.state_dir / ".git" / PID_FILE
+    if not auto and not _claim(pid_path):
+        raise Refused("maintenance is already running on this repository", rule="gc.running")
     start = time.perf_counter()
     try:
         figures = repo.store.gc()
     finally:
-        if auto:
-            with contextlib.suppress(FileNotFoundError):
-                pid_path.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            pid_path.unlink()
     commits = len(repo.full_history())
     return {**figures, "commits": commits, "seconds": round(time.perf_counter() - start, 3),
             "bytes_per_commit": round(figures["bytes_after"] / max(commits, 1), 1)}

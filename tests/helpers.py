@@ -53,6 +53,9 @@ def commit_count(state_dir: Path) -> int:
 
 
 def assert_fsck_clean(state_dir: Path) -> None:
+    from gitstate.maintenance import wait_idle
+
+    assert wait_idle(state_dir / ".git"), "background maintenance did not finish"
     out = git(state_dir, "fsck", "--strict", "--no-dangling")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "error" not in out.stderr.lower(), out.stderr
