@@ -287,6 +287,14 @@ def test_pre_receive_refuses_bad_pushes(tmp_path: Path) -> None:
     dropped = git(work, "push", "--force", "origin", "main")
     assert dropped.returncode != 0 and "non-fast-forward" in dropped.stderr
     git(work, "reset", "-q", "--hard", "origin/main")
+    # a fast-forward commit made with plain git: no trailers, no gitstate reason
+    (work / "working_state.json").write_text((work / "working_state.json").read_text()
+                                             .replace('"value": 1', '"value": 2'))
+    git(work, "add", "working_state.json")
+    git(work, *env_git, "commit", "-q", "--no-verify", "-m", "just a commit")
+    plain = git(work, "push", "origin", "main")
+    assert plain.returncode != 0 and "no gitstate trailers" in plain.stderr
+    git(work, "reset", "-q", "--hard", "origin/main")
     # a hand-made commit with 40 live keys
     import json
 
