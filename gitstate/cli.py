@@ -82,6 +82,9 @@ def cli(ctx: click.Context, agent_dir: Path) -> None:
     Each agent directory holds state/, a git repository whose every commit is one audited
     change (the message is the reason). Start with `gitstate init`, then `gitstate set`,
     and inject `gitstate render` into every wake-up. Try `gitstate demo`.
+
+    Exit status: 0 success; 1 a rule refused the call (stderr names the rule, nothing was
+    written); 2 a usage error or an uninitialised directory; 3 the repository cannot be used.
     """
     ctx.obj = Ctx(agent_dir)
 
