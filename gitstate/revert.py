@@ -42,6 +42,11 @@ def plan_revert(info: CommitInfo, before: State, after: State, current: State, n
                            "key by key", rule="revert.foreign") from None
     if original.op == "init":
         raise InvalidInput("the first commit cannot be reverted", rule="revert.init")
+    if original.op == "schema":
+        raise InvalidInput("a schema change is undone by setting the previous schema again as "
+                           "a new version: `gitstate schema show --rev <commit>~1 > old.yaml`, "
+                           "raise its version, then `gitstate schema set old.yaml`",
+                           rule="revert.schema")
     when = format_time(now)
     state = current
     conflicts: list[dict[str, Any]] = []

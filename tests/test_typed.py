@@ -236,3 +236,23 @@ def test_state_model_unaffected_without_schema(repo: StateRepo) -> None:
     repo.set("anything.goes", "text", "r")
     assert repo.schema() is None and repo.allowed_tools() is None and repo.can_run("x")
     assert repo.get()["phase"] is None and isinstance(repo.state(), State)
+
+
+def test_reverting_an_observation_and_a_schema_change(agent_dir: Path, clock: Clock) -> None:
+    """An observation's multi-key commit reverts as one commit; a schema change says how."""
+    with _typed(agent_dir, clock, REFUND) as repo:
+        gather = repo.set("phase", "gather", "a run starts in gather").commit
+        repo.register_observation("ready", lambda s, p: {"ticket_id": "T9", "phase": "apply"})
+        observed = repo.apply_observation("ready", {})
+        repo.revert(observed.commit, "the ticket was not ready after all")
+        state = repo.state()
+        assert "ticket_id" not in state.keys and state.keys["phase"].value == "gather"
+        assert repo.allowed_tools() == ["search", "get_ticket"]
+        assert all(c.ok for c in audit.verify(repo))
+        schema_commit = next(r["commit"] for r in repo.full_history() if r["op"] == "schema")
+        with pytest.raises(InvalidInput) as err:
+            repo.revert(schema_commit, "undo the schema")
+        assert err.value.rule == "revert.schema"
+        with pytest.raises(InvalidInput) as err2:  # the phase may never become absent
+            repo.revert(gather, "back before the phase")
+        assert err2.value.rule == "schema.not_nullable"
