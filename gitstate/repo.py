@@ -590,7 +590,8 @@ class StateRepo:
                 self._cache = (commit, new_state)
                 try:
                     self.store.checkout(commit, {STATE_FILE: data})
-                    self._refresh_schema_cache(commit)
+                    if files and SCHEMA_FILE in files:  # otherwise the cache is still HEAD's
+                        self._refresh_schema_cache(commit)
                     faults.hit("worktree")
                     info = self.store.last_commit
                     if info is not None and info.id == commit and \
@@ -635,6 +636,7 @@ class StateRepo:
         if not status.clean:
             self.store.checkout(head)
             self.store.remove_temp_files()
+            self._refresh_schema_cache(head)
         self.projection.catch_up(self.store, head)
         return warnings
 
