@@ -399,11 +399,21 @@ class GitStore:
                        b"+refs/heads/main:refs/remotes/origin/main")
         config.write_to_path()
 
-    def fetch(self, url: str) -> str | None:
-        """Fetch the remote's main into this object store; returns its id (None: empty)."""
+    def _client(self, url: str) -> tuple[Any, str | bytes]:
+        """A dulwich client for ``url``. Like git: ``core.sshCommand`` from the repository's
+        config, overridden by ``GIT_SSH_COMMAND``, picks the ssh command for ssh:// URLs."""
         from dulwich.client import get_transport_and_path
 
-        client, path = get_transport_and_path(url)
+        extra: dict[str, Any] = {}
+        if url.startswith(("ssh://", "git+ssh://")) and os.environ.get("GIT_SSH_COMMAND"):
+            extra["ssh_command"] = os.environ["GIT_SSH_COMMAND"]
+        client, path = get_transport_and_path(url, config=self.repo.get_config_stack(),
+                                              **extra)
+        return client, path
+
+    def fetch(self, url: str) -> str | None:
+        """Fetch the remote's main into this object store; returns its id (None: empty)."""
+        client, path = self._client(url)
         result = client.fetch(path.encode() if isinstance(path, str) else path, self.repo)
         remote = result.refs.get(BRANCH)
         return remote.decode() if remote else None
@@ -411,9 +421,7 @@ class GitStore:
     def push(self, url: str, lease: str | None, new: str) -> bool:
         """Move the remote's main from ``lease`` to ``new``, only if it still is ``lease``
         (the server's receive-pack checks the old value too). False when it moved on."""
-        from dulwich.client import get_transport_and_path
-
-        client, path = get_transport_and_path(url)
+        client, path = self._client(url)
         expected = ObjectID(lease.encode()) if lease else None
         seen: dict[str, bool] = {"moved": False}
 

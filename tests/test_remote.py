@@ -330,3 +330,54 @@ def test_fleet_view(tmp_path: Path, daemon: str) -> None:
     shutil.rmtree(root / "gamma" / "state" / ".git" / "objects")
     rows = {r["agent"]: r for r in fleet(root)}
     assert "error" in rows["gamma"] or rows["gamma"]["verify"] != "ok"
+
+
+SSHD = Path("/usr/sbin/sshd")
+
+
+@pytest.fixture
+def ssh_remote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """An sshd on 127.0.0.1 (key authentication, its own config) in front of a bare repo."""
+    if not SSHD.exists() or shutil.which("ssh-keygen") is None:
+        pytest.skip("openssh-server is not installed")
+    d = tmp_path / "sshd"
+    d.mkdir()
+    for name in ("host_key", "client_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)],
+                       check=True)
+    (d / "authorized_keys").write_text((d / "client_key.pub").read_text())
+    port = _free_port()
+    (d / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host_key'}\n"
+        f"AuthorizedKeysFile {d / 'authorized_keys'}\nPermitRootLogin yes\n"
+        "PasswordAuthentication no\nPubkeyAuthentication yes\nStrictModes no\nUsePAM no\n"
+        f"PidFile {d / 'sshd.pid'}\n")
+    Path("/run/sshd").mkdir(exist_ok=True)
+    proc = subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(d / "sshd_config")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            pytest.skip("sshd could not start here")
+        time.sleep(0.05)
+    (tmp_path / "srv").mkdir()
+    bare = _bare(tmp_path / "srv")
+    monkeypatch.setenv("GIT_SSH_COMMAND", f"ssh -i {d / 'client_key'} -o BatchMode=yes "
+                       "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+                       "-o LogLevel=ERROR")
+    user = os.environ.get("USER") or "root"
+    yield f"ssh://{user}@127.0.0.1:{port}{bare}"
+    proc.kill()
+    proc.wait()
+
+
+def test_push_clone_pull_over_ssh(tmp_path: Path, ssh_remote: str) -> None:
+    """ssh:// works like the other transports (GIT_SSH_COMMAND picks the key)."""
+    a = _publish(tmp_path, ssh_remote)
+    b = clone(ssh_remote, tmp_path / "b")
+    assert b.state() == a.state()
+    a.set("stop_loss.2317", 257, "review", expected=262)
+    push(a)
+    assert pull(b).action == "fast-forward"
+    assert b.state().keys["stop_loss.2317"].value == 257
+    assert all(c.ok for c in audit.verify(b))
