@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from .config import load_config, resolve_tz
 from .errors import NotInitialized
 from .model import STATE_FILE, State
-from .render import phase_line, render
+from .render import phase_lines, render
 
 STAMP = "gitstate-stamp"
 BRANCH = "refs/heads/main"
@@ -86,17 +86,6 @@ def _head_fast(state_dir: str | os.PathLike[str]) -> tuple[State, dict[str, obje
         return None
 
 
-def _phase_lines(compiled: dict[str, object] | None, state: State, now: datetime,
-                 locale: str) -> list[str]:
-    """The allowed-tools line, from the compiled schema (same rule as typed.allowed_tools)."""
-    tools = compiled.get("tools") if compiled else None
-    if not compiled or not isinstance(tools, dict) or not tools or not compiled.get("phase_key"):
-        return []
-    entry = state.live(now).get(str(compiled["phase_key"]))
-    phase = str(entry.value) if entry is not None else str(compiled.get("initial_phase") or "")
-    return [phase_line(phase, [str(t) for t in tools.get(phase, [])], locale)]
-
-
 def section(
     agent_dir: str | os.PathLike[str], *, locale: str | None = None,
     now: datetime | None = None,
@@ -117,7 +106,7 @@ def section(
         with StateRepo(os.fspath(agent_dir), config=config) as repo:
             return repo.render(now=moment, locale=locale), repo.worktree_warnings()
     state, compiled = fast
-    extra = _phase_lines(compiled, state, moment, locale)
+    extra = phase_lines(compiled, state, moment, locale)
     return render(state, moment, locale, resolve_tz(config.timezone), extra), []
 
 

@@ -8,9 +8,10 @@ line, a heading, or a forged key line.
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 from collections.abc import Iterable
-from datetime import datetime, tzinfo
+from datetime import UTC, datetime, tzinfo
 
 from .model import Entry, Handoff, State, display_value, parse_time
 
@@ -126,6 +127,31 @@ def _neg(stamp: str) -> float:
 def key_lines_bytes(lines: Iterable[str]) -> int:
     """UTF-8 size of key lines as they appear in the section (each with its newline)."""
     return sum(len(line.encode("utf-8")) + 1 for line in lines)
+
+
+def section_key_bytes(state: State, now: datetime) -> int:
+    """The size the live key lines take, in the longest locale (the zone does not change
+    it): what section_max_bytes limits at write time and what a server re-checks."""
+    live = state.live(now).items()
+    return max(sum(_line_bytes(k, e, loc) for k, e in live) for loc in HEADER)
+
+
+@functools.lru_cache(maxsize=4096)
+def _line_bytes(key: str, entry: Entry, locale: str) -> int:
+    # Entries are immutable, so a line's size is computed once, not on every write.
+    return key_lines_bytes([key_line(key, entry, locale, UTC)])
+
+
+def phase_lines(compiled: dict[str, object] | None, state: State, now: datetime,
+                locale: str) -> list[str]:
+    """The allowed-tools line from a compiled schema (Schema.compiled(), or its JSON cache
+    on the wake-up path): the phase key's live value, else the enum's first value."""
+    tools = compiled.get("tools") if compiled else None
+    if not compiled or not isinstance(tools, dict) or not tools or not compiled.get("phase_key"):
+        return []
+    entry = state.live(now).get(str(compiled["phase_key"]))
+    phase = str(entry.value) if entry is not None else str(compiled.get("initial_phase") or "")
+    return [phase_line(phase, [str(t) for t in tools.get(phase, [])], locale)]
 
 
 def render(

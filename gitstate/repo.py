@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
-import functools
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from .errors import (
 )
 from .model import EMPTY, STATE_FILE, Entry, Handoff, Scalar, State, format_time
 from .projection import Projection, record
-from .render import key_line, key_lines_bytes, phase_line, render
+from .render import phase_lines, render, section_key_bytes
 from .schema import SCHEMA_FILE, WRITERS, Schema
 from .store import GitStore
 from .trailers import Change
@@ -297,16 +296,19 @@ class StateRepo:
     def history(self, n: int = HISTORY_IN_GET) -> list[dict[str, Any]]:
         """The newest ``n`` changes, newest first, from the projection (caught up in memory
         when it is behind, without taking the write lock)."""
-        head = self.head()
+        return self._history(self.head(), n)[0]
+
+    def _history(self, head: str, n: int) -> tuple[list[dict[str, Any]], list[str]]:
+        """The newest changes, and the warning when the branch was rewritten."""
         try:
             pending = self.projection.missing(self.store, head)
-        except HistoryRewritten:  # get still answers from git; verify and writes report it
+        except HistoryRewritten as exc:  # get still answers from git; verify and writes refuse
             return [record(info) for info, _ in zip(self.store.walk(head), range(n),
-                                                    strict=False)]
+                                                    strict=False)], [exc.message]
         newest = list(reversed(pending))[:n]
         if len(newest) < n:
             newest += self.projection.tail(n - len(newest))
-        return newest
+        return newest, []
 
     def history_iter(self, contains: bytes | None = None) -> Iterator[dict[str, Any]]:
         """Every change newest first: commits the projection lacks, then the projection."""
@@ -331,6 +333,8 @@ class StateRepo:
             head = commit or self.head()
             state = self.state_at(head)
             moment = now or self.now()
+            recent, rewritten = self._history(head, history) if commit is None else (
+                self._history_from(commit, history), [])
             live = state.live(moment)
             return {
                 "head": head,
@@ -340,25 +344,16 @@ class StateRepo:
                     for k, e in sorted(state.keys.items())
                 },
                 "handoff": state.handoff.to_dict() if state.handoff else None,
-                "history": self.history(history) if commit is None else
-                self._history_from(commit, history),
+                "history": recent,
                 "live_keys": len(live),
                 "max_keys": self.config.max_keys,
-                "section_bytes": _section_bytes(state, moment),
+                "section_bytes": section_key_bytes(state, moment),
                 "section_max_bytes": self.config.section_max_bytes,
                 "schema_version": (schema.version if (schema := self.schema_at(head)) else None),
                 "phase": schema.phase(state, live) if schema else None,
                 "allowed_tools": self.allowed_tools(head),
-                "warnings": (self.worktree_warnings() + self._rewrite_warnings())
-                if commit is None else [],
+                "warnings": self.worktree_warnings() + rewritten if commit is None else [],
             }
-
-    def _rewrite_warnings(self) -> list[str]:
-        try:
-            self.projection.missing(self.store, self.head())
-        except HistoryRewritten as exc:
-            return [exc.message]
-        return []
 
     def _history_from(self, commit: str, n: int) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -380,12 +375,8 @@ class StateRepo:
             raise UsageError(f"locale must be one of {', '.join(LOCALES)}", rule="usage.locale")
         commit = commit or self.head()
         state, moment = self.state_at(commit), now or self.now()
-        from .typed import allowed_tools
-
         schema = self.schema_at(commit)
-        tools = allowed_tools(schema, state, moment)
-        extra = [] if tools is None or schema is None else [
-            phase_line(schema.phase(state, state.live(moment)) or "", tools, locale)]
+        extra = phase_lines(schema.compiled() if schema else None, state, moment, locale)
         return render(state, moment, locale, resolve_tz(self.config.timezone), extra)
 
     # -- writing --------------------------------------------------------------------------
@@ -706,7 +697,7 @@ class StateRepo:
             )
 
     def _check_section(self, state: State, now: datetime) -> None:
-        size = _section_bytes(state, now)
+        size = section_key_bytes(state, now)
         if size > self.config.section_max_bytes:
             raise SectionTooLarge(
                 f"the key lines would take {size} bytes of the rendered section; the limit is "
@@ -723,18 +714,6 @@ def _request(request_id: str | None, *args: Any) -> dict[str, str] | None:
     from .typed import request_fingerprint
 
     return request_fingerprint(request_id, args)
-
-
-def _section_bytes(state: State, now: datetime) -> int:
-    """The largest size of the key lines over every locale (time zone does not change it)."""
-    live = state.live(now).items()
-    return max(sum(_line_bytes(k, e, loc) for k, e in live) for loc in LOCALES)
-
-
-@functools.lru_cache(maxsize=4096)
-def _line_bytes(key: str, entry: Entry, locale: str) -> int:
-    # Entries are immutable, so a line's size is computed once, not on every write.
-    return key_lines_bytes([key_line(key, entry, locale, UTC)])
 
 
 def _identity(config: Config) -> bytes:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from . import rules
 from .errors import GitStateError, InvalidInput, Refused, StoreError, UsageError
 from .model import EMPTY, STATE_FILE, State, format_time
-from .render import key_line, key_lines_bytes
+from .render import section_key_bytes
 from .replay import ReplayError, apply_change
 from .schema import SCHEMA_FILE, parse_schema
 from .trailers import NotAGitstateCommit, parse_message
@@ -165,8 +165,7 @@ def _check_limits(repo: StateRepo, base: str | None, state: State, now: datetime
     if len(live) > repo.config.max_keys:
         raise Refused(f"{len(live)} live keys exceed the cap of {repo.config.max_keys}",
                       rule="keys.cap")
-    size = max(key_lines_bytes(key_line(k, e, loc, UTC) for k, e in live.items())
-               for loc in ("zh-TW", "en", "ja"))
+    size = section_key_bytes(state, now)
     if size > repo.config.section_max_bytes:
         raise Refused(f"the key lines would take {size} bytes", rule="section.max_bytes")
     schema = parse_schema(schema_text.decode()) if schema_text else (
@@ -338,8 +337,7 @@ def check_range(store: GitStore, old: str | None, new: str, max_keys: int = 32,
         live = state.live(now)
         if len(live) > max_keys:
             problems.append(f"{name}: {len(live)} live keys exceed the cap of {max_keys}")
-        size = max(key_lines_bytes(key_line(k, e, loc, UTC) for k, e in live.items())
-                   for loc in ("zh-TW", "en", "ja"))
+        size = section_key_bytes(state, now)
         if size > section_max_bytes:
             problems.append(f"{name}: key lines of {size} bytes exceed {section_max_bytes}")
         schema_text = store.read_file(info.id, SCHEMA_FILE)
