@@ -144,7 +144,10 @@ class StateRepo:
             with contextlib.suppress(HistoryRewritten, OSError):
                 self.projection.catch_up(self.store, head)
             status = self.store.worktree_status(head)
-            if status.leftover and not status.hand_edited:
+            # A leftover is repaired; a clean tree with a missing or stale stamp (lost in a
+            # crash, or written by an older version) gets its stamp back, or every wake-up
+            # would pay for the slow path until the next write.
+            if not status.hand_edited and not self.store.worktree_matches_stamp(head):
                 with contextlib.suppress(OSError):
                     self.store.checkout(head)
                     self.store.remove_temp_files()

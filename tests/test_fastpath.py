@@ -102,3 +102,14 @@ def test_bad_config_is_reported_on_the_wake_up_path(repo: StateRepo) -> None:
     (repo.agent_dir / "config.toml").write_text("[memory]\nworking_state_enabeld = false\n")
     out = run_cli("render", agent_dir=repo.agent_dir)
     assert out.returncode == 1 and "config.unknown" in out.stderr
+
+
+def test_a_lost_stamp_costs_one_slow_render_only(repo: StateRepo) -> None:
+    """Without the stamp the first render reads HEAD through dulwich and restores the stamp;
+    the next one is back on the fast path."""
+    repo.set("k", 1, "r")
+    (repo.state_dir / ".git" / "gitstate-stamp").unlink()
+    first = _modules_after(["render"], repo.agent_dir)
+    assert "dulwich" in {m.split(".")[0] for m in first}
+    second = _modules_after(["render"], repo.agent_dir)
+    assert "dulwich" not in {m.split(".")[0] for m in second}
