@@ -7,6 +7,7 @@ which re-derives everything from git to compare.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import subprocess
@@ -15,14 +16,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .errors import HistoryRewritten, StoreError, UsageError
+from .errors import HistoryRewritten, LockTimeout, StoreError, UsageError
 from .model import STATE_FILE, Handoff, State, parse_time
-from .projection import record
+from .projection import Mark, record
 from .replay import ReplayError, apply_change
 from .trailers import NotAGitstateCommit, parse_message
 
 if TYPE_CHECKING:
     from .repo import StateRepo
+    from .store import WorktreeStatus
 
 _REL = re.compile(r"(?P<base>HEAD|main|@)?(?P<ops>(?:[~^][0-9]*)*)")
 _HEX = re.compile(r"[0-9a-f]{4,40}")
@@ -201,10 +203,9 @@ class Check:
 def verify(repo: StateRepo, use_git: bool = True) -> list[Check]:
     """Every integrity check; each failure says what to do about it."""
     checks: list[Check] = []
-    head = repo.head()
     checks += _object_checks(repo, use_git)
     try:
-        checks += _history_checks(repo, head)
+        checks += _history_checks(repo, *_snapshot(repo))
     except StoreError as exc:
         checks.append(Check("history-readable", False, exc.message,
                             "restore the damaged objects (see `objects`) from a mirror"))
@@ -234,7 +235,19 @@ def _object_checks(repo: StateRepo, use_git: bool) -> list[Check]:
     return checks
 
 
-def _history_checks(repo: StateRepo, head: str) -> list[Check]:
+def _snapshot(repo: StateRepo) -> tuple[str, Mark, WorktreeStatus]:
+    """HEAD, the projection's mark and the working tree's status, read together under the
+    write lock so that a write landing meanwhile is not reported as damage. In a read-only
+    directory, or beside a wedged writer, they are read without it."""
+    with contextlib.ExitStack() as stack:
+        with contextlib.suppress(OSError, LockTimeout):
+            stack.enter_context(repo.store.lock(timeout=10))
+        mark, head = repo.snapshot()
+        return head, mark, repo.store.worktree_status(head)
+
+
+def _history_checks(repo: StateRepo, head: str, mark: Mark,
+                    status: WorktreeStatus) -> list[Check]:
     checks = []
 
     walk = list(repo.store.walk(head))
@@ -270,7 +283,6 @@ def _history_checks(repo: StateRepo, head: str) -> list[Check]:
         "" if replay_ok else "HEAD's state was changed without matching trailers; find the "
         "commit with `gitstate log` and revert it"))
 
-    status = repo.store.worktree_status(head)
     checks.append(Check(
         "worktree", status.clean,
         "" if status.clean else ("hand-edited: " + ", ".join(status.hand_edited)
@@ -279,7 +291,7 @@ def _history_checks(repo: StateRepo, head: str) -> list[Check]:
                                  if status.hand_edited else "any write repairs it")))
 
     try:
-        repo.projection.missing(repo.store, head)
+        repo.projection.missing(repo.store, head, mark.last)
         rewritten = ""
     except HistoryRewritten as exc:
         rewritten = exc.message
@@ -288,7 +300,7 @@ def _history_checks(repo: StateRepo, head: str) -> list[Check]:
                         "`git reflog` and a mirror, then `gitstate history --rebuild` to accept"
                         if rewritten else ""))
     expected = [record(c) for c in walk]
-    actual = repo.projection.all()
+    actual = repo.projection.all(mark.end)
     same = actual == expected
     detail = "" if same else (f"{len(actual)} lines for {len(expected)} commits"
                               if len(actual) != len(expected) else "lines differ from the log")

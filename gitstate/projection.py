@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, NamedTuple, Protocol
 
 from . import faults
 from .errors import HistoryRewritten
@@ -79,14 +79,38 @@ def _line(rec: dict[str, Any]) -> bytes:
     return (json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
 
 
+class Mark(NamedTuple):
+    """What the projection held at one moment: its size and its newest commit.
+
+    Read the mark *before* HEAD: a writer moves the ref first and appends its line after, so
+    the marked commit is always in the history of a HEAD read later. Reading them the other
+    way round, a write landing in between looks like a rewritten branch. Readers then look
+    only at the first ``end`` bytes, so lines appended meanwhile are not counted twice.
+    """
+
+    end: int
+    last: str | None
+
+
 class Projection:
     """working_state_history.jsonl of one state repository."""
 
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / HISTORY_FILE
 
-    def tail(self, n: int) -> list[dict[str, Any]]:
-        """The newest ``n`` complete records, newest first."""
+    def mark(self) -> Mark:
+        """The projection's size and newest complete record, read now."""
+        try:
+            f = self.path.open("rb")
+        except FileNotFoundError:
+            return Mark(0, None)
+        with f:
+            end = f.seek(0, os.SEEK_END)
+            newest = self._tail(f, 1, end)
+        return Mark(end, str(newest[0]["commit"]) if newest else None)
+
+    def tail(self, n: int, end: int | None = None) -> list[dict[str, Any]]:
+        """The newest ``n`` complete records (of the first ``end`` bytes), newest first."""
         if n <= 0:
             return []
         try:
@@ -94,14 +118,18 @@ class Projection:
         except FileNotFoundError:
             return []
         with f:
-            end = f.seek(0, os.SEEK_END)
-            pos, chunk, data = end, 8192, b""
-            while pos > 0 and data.count(b"\n") <= n:
-                step = min(chunk, pos)
-                pos -= step
-                f.seek(pos)
-                data = f.read(step) + data
-                chunk *= 2
+            size = f.seek(0, os.SEEK_END)
+            return self._tail(f, n, size if end is None else min(end, size))
+
+    @staticmethod
+    def _tail(f: BinaryIO, n: int, end: int) -> list[dict[str, Any]]:
+        pos, chunk, data = end, 8192, b""
+        while pos > 0 and data.count(b"\n") <= n:
+            step = min(chunk, pos)
+            pos -= step
+            f.seek(pos)
+            data = f.read(step) + data
+            chunk *= 2
         lines = data.split(b"\n")
         # the last element is b"" after a final newline, or a torn line: drop it either way
         complete = lines[:-1] if pos == 0 else lines[1:-1]
@@ -111,15 +139,18 @@ class Projection:
                 out.append(json.loads(raw))
         return out
 
-    def newest_first(self, contains: bytes | None = None) -> Iterator[dict[str, Any]]:
-        """Records newest first, reading the file backwards in chunks; with ``contains``, only
-        lines holding those bytes are parsed (a cheap pre-filter for per-key queries)."""
+    def newest_first(self, contains: bytes | None = None,
+                     end: int | None = None) -> Iterator[dict[str, Any]]:
+        """Records (of the first ``end`` bytes) newest first, reading the file backwards in
+        chunks; with ``contains``, only lines holding those bytes are parsed (a cheap
+        pre-filter for per-key queries)."""
         try:
             f = self.path.open("rb")
         except FileNotFoundError:
             return
         with f:
-            pos = f.seek(0, os.SEEK_END)
+            size = f.seek(0, os.SEEK_END)
+            pos = size if end is None else min(end, size)
             tail = b""
             first = True
             while pos > 0:
@@ -142,13 +173,13 @@ class Projection:
                     yield json.loads(tail)
 
     def last_commit(self) -> str | None:
-        newest = self.tail(1)
-        return str(newest[0]["commit"]) if newest else None
+        return self.mark().last
 
-    def all(self) -> list[dict[str, Any]]:
-        """Every complete record, oldest first."""
+    def all(self, end: int | None = None) -> list[dict[str, Any]]:
+        """Every complete record (of the first ``end`` bytes), oldest first."""
         try:
-            data = self.path.read_bytes()
+            with self.path.open("rb") as f:
+                data = f.read() if end is None else f.read(end)
         except FileNotFoundError:
             return []
         out = []
@@ -157,12 +188,12 @@ class Projection:
                 out.append(json.loads(raw))
         return out
 
-    def missing(self, walker: _Walker, head: str) -> list[dict[str, Any]]:
-        """Records for commits after the projection's last one, oldest first.
+    def missing(self, walker: _Walker, head: str, last: str | None) -> list[dict[str, Any]]:
+        """Records for the commits after ``last`` (the projection's newest, from a mark read
+        before ``head``) up to ``head``, oldest first.
 
-        Raises HistoryRewritten when the last recorded commit is not in HEAD's history.
+        Raises HistoryRewritten when ``last`` is not in HEAD's history.
         """
-        last = self.last_commit()
         if last == head:
             return []
         pending = []
@@ -200,7 +231,7 @@ class Projection:
 
     def catch_up(self, walker: _Walker, head: str) -> int:
         """Append what the log has and the projection lacks; returns how many."""
-        records = self.missing(walker, head)
+        records = self.missing(walker, head, self.last_commit())  # under the write lock
         self.append(records)
         return len(records)
 

@@ -31,7 +31,7 @@ from .errors import (
     UsageError,
 )
 from .model import EMPTY, STATE_FILE, Entry, Handoff, Scalar, State, format_time
-from .projection import Projection, record
+from .projection import Mark, Projection, record
 from .render import phase_lines, render, section_key_bytes
 from .schema import SCHEMA_FILE, WRITERS, Schema
 from .store import GitStore
@@ -141,6 +141,7 @@ class StateRepo:
         with self.store.try_lock() as locked, contextlib.suppress(StoreError):
             if not locked:
                 return
+            head = self.head()  # a write may have landed before the lock was ours
             with contextlib.suppress(HistoryRewritten, OSError):
                 self.projection.catch_up(self.store, head)
             status = self.store.worktree_status(head)
@@ -288,7 +289,14 @@ class StateRepo:
                 raise InvalidInput(f"{key} would need coercion", rule="schema.type")
 
     def worktree_warnings(self) -> list[str]:
-        status = self.store.worktree_status(self.head())
+        # Without the lock, a write landing mid-check leaves a file of a newer commit that
+        # looks like a hand edit. A writer moves the ref before it writes the file, so a
+        # HEAD that did not move across the check makes the answer true.
+        for _ in range(5):
+            head = self.head()
+            status = self.store.worktree_status(head)
+            if not status.hand_edited or self.head() == head:
+                break
         return [
             f"{self.state_dir / name} was edited by hand and differs from HEAD; it is not "
             "injected. Commit it with `gitstate adopt --reason ...` or restore it with "
@@ -299,29 +307,39 @@ class StateRepo:
     def history(self, n: int = HISTORY_IN_GET) -> list[dict[str, Any]]:
         """The newest ``n`` changes, newest first, from the projection (caught up in memory
         when it is behind, without taking the write lock)."""
-        return self._history(self.head(), n)[0]
+        mark, head = self.snapshot()
+        return self._history(head, n, mark)[0]
 
-    def _history(self, head: str, n: int) -> tuple[list[dict[str, Any]], list[str]]:
+    def snapshot(self) -> tuple[Mark, str]:
+        """The projection's mark, then HEAD, in that order (see ``Mark``): without the
+        lock, a write landing between the two reads must not look like a rewrite."""
+        mark = self.projection.mark()
+        return mark, self.head()
+
+    def _history(self, head: str, n: int, mark: Mark) -> tuple[list[dict[str, Any]], list[str]]:
         """The newest changes, and the warning when the branch was rewritten."""
         try:
-            pending = self.projection.missing(self.store, head)
+            pending = self.projection.missing(self.store, head, mark.last)
         except HistoryRewritten as exc:  # get still answers from git; verify and writes refuse
             return [record(info) for info, _ in zip(self.store.walk(head), range(n),
                                                     strict=False)], [exc.message]
         newest = list(reversed(pending))[:n]
         if len(newest) < n:
-            newest += self.projection.tail(n - len(newest))
+            newest += self.projection.tail(n - len(newest), mark.end)
         return newest, []
 
     def history_iter(self, contains: bytes | None = None) -> Iterator[dict[str, Any]]:
         """Every change newest first: commits the projection lacks, then the projection."""
-        pending = self.projection.missing(self.store, self.head())
+        mark, head = self.snapshot()
+        pending = self.projection.missing(self.store, head, mark.last)
         yield from reversed(pending)
-        yield from self.projection.newest_first(contains)
+        yield from self.projection.newest_first(contains, mark.end)
 
     def full_history(self) -> list[dict[str, Any]]:
         """Every change, oldest first."""
-        return self.projection.all() + self.projection.missing(self.store, self.head())
+        mark, head = self.snapshot()
+        return self.projection.all(mark.end) + \
+            self.projection.missing(self.store, head, mark.last)
 
     def rebuild_history(self) -> int:
         """Rewrite the projection from git alone (also accepts a rewritten branch)."""
@@ -333,10 +351,11 @@ class StateRepo:
         """Everything: keys (expired marked), handoff, recent history, HEAD, count, cap.
         With ``commit``, the state as of that commit (``--at``)."""
         with self._mutex:
-            head = commit or self.head()
+            mark, head = self.snapshot()
+            head = commit or head
             state = self.state_at(head)
             moment = now or self.now()
-            recent, rewritten = self._history(head, history) if commit is None else (
+            recent, rewritten = self._history(head, history, mark) if commit is None else (
                 self._history_from(commit, history), [])
             live = state.live(moment)
             return {

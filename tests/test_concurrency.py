@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -94,3 +95,47 @@ def test_sigkill_at_random_moments_loses_nothing(agent_dir: Path) -> None:
     stale = [p for p in (state_dir / ".git").rglob("*.lock") if p.name != "gitstate.lock"]
     assert not stale
     assert len(acked) > 50
+
+
+def _chain(records: list[dict[str, object]]) -> None:
+    """Oldest-first records form one unbroken first-parent chain, each commit once."""
+    for older, newer in itertools.pairwise(records):
+        assert newer["parent"] == older["commit"], (older, newer)
+
+
+def test_readers_beside_writers_never_see_a_rewrite_or_a_hand_edit(agent_dir: Path) -> None:
+    """Readers take no lock: a write landing between their reads of HEAD, the history file
+    and the working tree must not look like a rewritten branch, a hand edit or a gap."""
+    from gitstate import audit
+
+    with StateRepo.init(agent_dir) as repo:
+        repo.set("counter", 0, "start")
+    writers = [_worker("write_forever", str(agent_dir), str(n * 100_000)) for n in (1, 2)]
+    try:
+        for proc in writers:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 6
+        rounds = verified = 0
+        while time.monotonic() < deadline:
+            with StateRepo(agent_dir) as repo:  # each open may repair, beside the writers
+                got = repo.get()
+                assert got["warnings"] == [], got["warnings"]
+                assert got["history"][0]["commit"] == got["head"]
+                _chain(list(reversed(got["history"])))
+                _chain(repo.full_history())
+                newest = [rec for rec, _ in zip(repo.history_iter(), range(30), strict=False)]
+                _chain(list(reversed(newest)))
+                if rounds % 10 == 0:
+                    failed = [c.to_dict() for c in audit.verify(repo, use_git=False)
+                              if not c.ok]
+                    assert failed == []
+                    verified += 1
+            rounds += 1
+        assert rounds > 20 and verified > 2
+    finally:
+        for proc in writers:
+            proc.kill()
+            proc.wait()
+    with StateRepo(agent_dir) as repo:
+        assert all(c.ok for c in audit.verify(repo))
+    assert_fsck_clean(agent_dir / "state")
