@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import io
 import os
@@ -40,8 +39,8 @@ from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
-from . import faults
-from .errors import LockTimeout, NotInitialized, StoreError
+from . import faults, locking
+from .errors import NotInitialized, StoreError
 
 BRANCH = Ref(b"refs/heads/main")
 ZERO = ObjectID(b"0" * 40)
@@ -131,42 +130,14 @@ class GitStore:
     @contextlib.contextmanager
     def try_lock(self) -> Iterator[bool]:
         """The write lock if it is free right now; yields whether it was taken."""
-        try:
-            fd = os.open(self.git_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError:  # a read-only repository: readers go on without repairing
-            yield False
-            return
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                yield False
-                return
-            yield True
-        finally:
-            os.close(fd)
+        with locking.attempt(self.git_dir / LOCK_FILE) as taken:
+            yield taken
 
     @contextlib.contextmanager
     def lock(self, timeout: float = 60.0) -> Iterator[None]:
         """The kernel write lock: released by the kernel when its holder dies."""
-        fd = os.open(self.git_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            deadline = time.monotonic() + timeout
-            delay = 0.0005
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise LockTimeout(
-                            f"another writer held {self.git_dir / LOCK_FILE} for "
-                            f"{timeout:.0f}s") from None
-                    time.sleep(delay)
-                    delay = min(delay * 2, 0.02)
+        with locking.exclusive(self.git_dir / LOCK_FILE, timeout):
             yield
-        finally:
-            os.close(fd)  # closing the descriptor releases the flock
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[bool]:

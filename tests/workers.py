@@ -58,19 +58,22 @@ def load_writer(agent_dir: str, seconds: float, worker: str) -> None:
     import time
 
     done = retries = 0
+    slowest = 0.0
     deadline = time.monotonic() + seconds
     with StateRepo(agent_dir, actor=f"w{worker}") as repo:
         while time.monotonic() < deadline:
             current = repo.state().keys["counter"].value
             assert isinstance(current, int)
+            start = time.perf_counter()
             try:
                 repo.set("counter", current + 1, f"increment by {worker}", expected=current)
                 done += 1
+                if done % 10 == 0:
+                    repo.set(f"side.{worker}", done, "side write")
             except CasMismatch:
                 retries += 1
-            if done % 10 == 0:
-                repo.set(f"side.{worker}", done, "side write")
-    print(f"{done} {retries}", flush=True)
+            slowest = max(slowest, time.perf_counter() - start)
+    print(f"{done} {retries} {slowest * 1000:.1f}", flush=True)
 
 
 def load_reader(agent_dir: str, seconds: float) -> None:

@@ -1,0 +1,105 @@
+"""The write lock of a state repository: an exclusive ``flock`` on one file.
+
+The kernel releases a flock when its holder dies, so a killed writer never leaves a lock
+that someone must clean up by hand. This module owns how a writer waits for it.
+
+Waiting is a *blocking* flock, not a loop of non-blocking tries with sleeps in between. Under
+steady load the lock is free only for the instant between one writer's release and the next
+writer taking it again; a poller asleep at that instant misses it, and can miss it for its
+whole timeout while other writers go round (seen: a writer starved for 60 s beside three
+others). A blocked waiter is woken by the kernel at the release instead. The kernel call has
+no timeout, so it runs in a helper thread on its own descriptor; on timeout the thread is
+abandoned and closes its descriptor (releasing the lock) whenever it gets the lock later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from .errors import LockTimeout
+
+
+def _open(path: Path) -> int:
+    return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+
+
+def _take_now(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+class _Waiter:
+    """A blocking flock in a daemon thread, abandoned cleanly on timeout."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd: int | None = None
+        self.error: OSError | None = None
+        self.abandoned = False
+        self.done = threading.Event()
+        self.guard = threading.Lock()
+
+    def run(self) -> None:
+        try:
+            fd = _open(self.path)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            self.error = exc
+            self.done.set()
+            return
+        with self.guard:
+            if self.abandoned:  # the caller gave up: let the next writer have it
+                os.close(fd)
+                return
+            self.fd = fd
+        self.done.set()
+
+    def wait(self, timeout: float) -> int | None:
+        """The locked descriptor, or None when ``timeout`` passed first."""
+        threading.Thread(target=self.run, name="gitstate-lock-wait", daemon=True).start()
+        self.done.wait(timeout)
+        with self.guard:
+            if self.error is not None:
+                raise self.error
+            if self.fd is None:
+                self.abandoned = True
+            return self.fd
+
+
+@contextlib.contextmanager
+def exclusive(path: Path, timeout: float = 60.0) -> Iterator[None]:
+    """Hold the lock at ``path``; LockTimeout when another holder keeps it ``timeout`` s."""
+    fd = _open(path)
+    if not _take_now(fd):  # contended: wait in the kernel, not in a sleep loop
+        os.close(fd)
+        waited = _Waiter(path).wait(timeout)
+        if waited is None:
+            raise LockTimeout(f"another writer held {path} for {timeout:.0f}s")
+        fd = waited
+    try:
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the flock
+
+
+@contextlib.contextmanager
+def attempt(path: Path) -> Iterator[bool]:
+    """The lock if it is free right now; yields whether it was taken. A lock file that
+    cannot be opened (a read-only repository) counts as not taken."""
+    try:
+        fd = _open(path)
+    except OSError:
+        yield False
+        return
+    try:
+        yield _take_now(fd)
+    finally:
+        os.close(fd)

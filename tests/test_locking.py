@@ -1,0 +1,122 @@
+"""Specification of the write lock: timeouts, release by the kernel, no starvation.
+
+The holders are real processes, since a flock is between open file descriptions and the
+property that matters is between writer processes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gitstate import locking
+from gitstate.errors import LockTimeout
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Holds the lock for HOLD seconds, then takes it again after GAP seconds of busy work, the
+# way a writer in a loop does, waiting in the kernel (a plain blocking flock, independent of
+# the code under test); prints "held" once it holds the lock the first time.
+HOLDER = """
+import fcntl, os, sys, time
+path, hold, gap = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+first = True
+while True:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    if first:
+        print("held", flush=True)
+        first = False
+    time.sleep(hold)
+    os.close(fd)
+    end = time.perf_counter() + gap
+    while time.perf_counter() < end:
+        pass
+"""
+
+
+@pytest.fixture
+def lock_path(tmp_path: Path) -> Path:
+    return tmp_path / "gitstate.lock"
+
+
+def _holder(path: Path, hold: float, gap: float) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path), str(hold), str(gap)],
+                            cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+@pytest.fixture
+def holders() -> Iterator[list[subprocess.Popen[str]]]:
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_held_lock_times_out_with_its_path(lock_path: Path,
+                                             holders: list[subprocess.Popen[str]]) -> None:
+    holders.append(_holder(lock_path, hold=3600, gap=0))
+    start = time.monotonic()
+    with pytest.raises(LockTimeout) as err, locking.exclusive(lock_path, timeout=0.3):
+        pass
+    assert time.monotonic() - start >= 0.3
+    assert str(lock_path) in err.value.message
+    assert err.value.rule == "store.lock_timeout"
+
+
+def test_the_kernel_releases_the_lock_of_a_killed_holder(
+        lock_path: Path, holders: list[subprocess.Popen[str]]) -> None:
+    holder = _holder(lock_path, hold=3600, gap=0)
+    holders.append(holder)
+    with locking.attempt(lock_path) as taken:
+        assert not taken
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    with locking.exclusive(lock_path, timeout=5), locking.attempt(lock_path) as taken:
+        assert not taken  # ours now: a second description cannot take it
+
+
+def test_a_waiter_that_timed_out_does_not_keep_the_lock(
+        lock_path: Path, holders: list[subprocess.Popen[str]]) -> None:
+    """The abandoned wait gets the lock when the holder goes, and must hand it on."""
+    holder = _holder(lock_path, hold=3600, gap=0)
+    holders.append(holder)
+    with pytest.raises(LockTimeout), locking.exclusive(lock_path, timeout=0.2):
+        pass
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    deadline = time.monotonic() + 5
+    while True:
+        with locking.attempt(lock_path) as taken:
+            if taken:
+                break
+        assert time.monotonic() < deadline, "the abandoned wait kept the lock"
+        time.sleep(0.01)
+
+
+def test_a_waiter_is_not_starved_by_a_holder_that_takes_the_lock_again_at_once(
+        lock_path: Path, holders: list[subprocess.Popen[str]]) -> None:
+    """The holder is free for 0.3 ms out of every 10: a waiter that slept between tries
+    would almost never see it free. A waiter blocked in the kernel is woken at the
+    release and takes it before the holder comes back."""
+    holders.append(_holder(lock_path, hold=0.01, gap=0.0003))
+    waits = []
+    for _ in range(20):
+        start = time.monotonic()
+        with locking.exclusive(lock_path, timeout=30):
+            waits.append(time.monotonic() - start)
+            time.sleep(0.002)
+    waits.sort()
+    assert waits[len(waits) // 2] < 0.1, waits  # typically one hold: 10 ms
+    assert waits[-1] < 2, waits
