@@ -131,6 +131,7 @@ def test_readers_beside_writers_never_see_a_rewrite_or_a_hand_edit(agent_dir: Pa
                     assert failed == []
                     verified += 1
             rounds += 1
+        print(f"\nreaders beside writers: {rounds} rounds, {verified} verifies")
         assert rounds > 20 and verified > 2
     finally:
         for proc in writers:
