@@ -314,10 +314,11 @@ class GitStore:
         commit.encoding = b"UTF-8"
         commit.message = message
         new_objects += [tree, commit]
+        fan_out = {str(self.git_dir / "objects" / o.id[:2].decode()) for o in new_objects}
+        created = _created_dirs(fan_out)
         for obj in new_objects:
             self._stale_lock_safe(lambda o=obj: self._add_object(o))  # type: ignore[misc]
-        self._fsync_dirs({str(self.git_dir / "objects" / o.id[:2].decode())
-                          for o in new_objects})
+        self._fsync_dirs(fan_out | created)
         new_id = commit.id.decode()
         self._remember(new_id, (base,) if base else (),
                        {e.path.decode(): e.sha.decode() for e in tree.iteritems()})
@@ -333,10 +334,12 @@ class GitStore:
         if new is None:
             return bool(self._stale_lock_safe(
                 lambda: self.repo.refs.remove_if_equals(ref, old_id)))
+        ref_dir = os.path.dirname(self.git_dir / name)
+        created = _created_dirs({ref_dir})
         moved = self._stale_lock_safe(
             lambda: self.repo.refs.set_if_equals(ref, old_id, ObjectID(new.encode())))
         if moved:
-            self._fsync_dirs({os.path.dirname(self.git_dir / name)})
+            self._fsync_dirs({ref_dir} | created)
         return bool(moved)
 
     def ref(self, name: str) -> str | None:
@@ -600,6 +603,18 @@ def _file_blob_id(path: Path) -> str | None:
     except IsADirectoryError:
         return "directory"
     return git_blob_id(data)
+
+
+def _created_dirs(dirs: set[str]) -> set[str]:
+    """The parents whose entries a write will add, called before the write: for each
+    directory in ``dirs`` that does not exist yet, its parent (and so on up the missing
+    chain). A new directory is durable only once its parent is fsynced too."""
+    parents = set()
+    for d in dirs:
+        while not os.path.isdir(d):
+            d = os.path.dirname(d)
+            parents.add(d)
+    return parents
 
 
 def atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:

@@ -184,3 +184,29 @@ def test_load_eight_processes(agent_dir: Path) -> None:
     # no writer starves: each gets a fair part of the lock (a polling waiter got none)
     assert shares[0] >= 0.2 * statistics.mean(shares), shares
     assert_fsck_clean(agent_dir / "state")
+
+
+def test_new_directories_are_fsynced_with_their_parents(agent_dir: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new fan-out or ref directory is durable only once its parent is fsynced too: every
+    directory a write adds must come with an fsync of the directory holding it."""
+    with StateRepo.init(agent_dir) as repo:
+        git_dir = repo.state_dir / ".git"
+        synced: list[str] = []
+        real_fsync = os.fsync
+
+        def recording_fsync(fd: int) -> None:  # observes, then does the real fsync
+            synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+            real_fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", recording_fsync)
+        before = {p for p in git_dir.rglob("*") if p.is_dir()}
+        repo.set("k", 1, "a write into fresh fan-out directories")
+        head = repo.head()
+        assert repo.store.move_ref("refs/gitstate/unpushed/test", None, head)
+        created = {p for p in git_dir.rglob("*") if p.is_dir()} - before
+    assert any(p.parent.name == "objects" for p in created)  # the write did add some
+    assert git_dir / "refs" / "gitstate" in created
+    for new_dir in created:
+        assert str(new_dir.parent) in synced, (new_dir, synced)
+        assert str(new_dir) in synced, (new_dir, synced)
