@@ -65,13 +65,20 @@ class _Waiter:
     def wait(self, timeout: float) -> int | None:
         """The locked descriptor, or None when ``timeout`` passed first."""
         threading.Thread(target=self.run, name="gitstate-lock-wait", daemon=True).start()
-        self.done.wait(timeout)
-        with self.guard:
-            if self.error is not None:
-                raise self.error
-            if self.fd is None:
-                self.abandoned = True
-            return self.fd
+        interrupted = True
+        try:
+            self.done.wait(timeout)
+            interrupted = False
+        finally:  # on timeout, or interrupted (Ctrl-C): never keep a lock nobody will free
+            with self.guard:
+                if self.fd is None:
+                    self.abandoned = True
+                elif interrupted:
+                    os.close(self.fd)
+                    self.fd = None
+        if self.error is not None:
+            raise self.error
+        return self.fd
 
 
 @contextlib.contextmanager

@@ -120,3 +120,44 @@ def test_a_waiter_is_not_starved_by_a_holder_that_takes_the_lock_again_at_once(
     waits.sort()
     assert waits[len(waits) // 2] < 0.1, waits  # typically one hold: 10 ms
     assert waits[-1] < 2, waits
+
+
+INTERRUPTED = """
+import signal, sys, time
+from pathlib import Path
+from gitstate import locking
+
+def interrupt(*_):
+    raise KeyboardInterrupt
+
+signal.signal(signal.SIGALRM, interrupt)
+signal.setitimer(signal.ITIMER_REAL, 0.2)
+try:
+    with locking.exclusive(Path(sys.argv[1]), timeout=60):
+        print("took", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+time.sleep(60)
+"""
+
+
+def test_an_interrupted_wait_does_not_keep_the_lock(
+        lock_path: Path, holders: list[subprocess.Popen[str]]) -> None:
+    """Ctrl-C while waiting, in a process that goes on running: once the holder goes, the
+    lock must be free for others, not kept by the wait nobody is listening to."""
+    holder = _holder(lock_path, hold=3600, gap=0)
+    holders.append(holder)
+    waiter = subprocess.Popen([sys.executable, "-c", INTERRUPTED, str(lock_path)], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)
+    holders.append(waiter)
+    assert waiter.stdout is not None and waiter.stdout.readline().strip() == "interrupted"
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    deadline = time.monotonic() + 5
+    while True:
+        with locking.attempt(lock_path) as taken:
+            if taken:
+                break
+        assert time.monotonic() < deadline, "the interrupted wait kept the lock"
+        time.sleep(0.01)
+    assert waiter.poll() is None  # still running: the kernel did not free it on exit
