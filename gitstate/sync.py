@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -67,7 +68,12 @@ def _network(action: str, fn: Any, *args: Any) -> Any:
     except GitStateError:
         raise
     except Exception as exc:  # dulwich raises many transport errors; all mean "unreachable"
-        raise StoreError(f"{action}: the remote is unreachable or refused ({exc})",
+        hint = ""
+        if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+            hint = (". The server's certificate is not trusted: name its CA as git does, "
+                    "with http.sslCAInfo in the state repository's git config or in your "
+                    "~/.gitconfig (for clone)")
+        raise StoreError(f"{action}: the remote is unreachable or refused ({exc}){hint}",
                          rule="remote.unreachable") from exc
 
 
@@ -280,8 +286,11 @@ def clone(url: str, agent_dir: Path) -> StateRepo:
     from .store import GitStore
 
     state_dir = agent_dir / "state"
-    if (state_dir / ".git").exists():
-        raise UsageError(f"{state_dir} already holds a repository", rule="usage.exists")
+    if state_dir.exists():
+        raise UsageError(f"{state_dir} already exists; clone into a new agent directory",
+                         rule="usage.exists")
+    # a failed clone removes what it made, like git clone, so that it can simply be retried
+    made = agent_dir if not agent_dir.exists() else state_dir
     store = GitStore.create(state_dir)
     try:
         install(store.git_dir)
@@ -294,6 +303,7 @@ def clone(url: str, agent_dir: Path) -> StateRepo:
         store.checkout(remote)
     except BaseException:
         store.close()
+        shutil.rmtree(made, ignore_errors=True)
         raise
     store.close()
     repo = StateRepo(agent_dir)

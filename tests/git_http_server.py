@@ -1,9 +1,11 @@
 """A smart-HTTP git server for the tests: `git http-backend` behind a tiny HTTP server on
-127.0.0.1. With --die-on-push it exits abruptly half-way through reading a push."""
+127.0.0.1. With --die-on-push it exits abruptly half-way through reading a push; with
+--tls CERT KEY it serves https."""
 
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -68,6 +70,11 @@ def main() -> None:
     Handler.root = sys.argv[1]
     Handler.die_on_push = "--die-on-push" in sys.argv
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if "--tls" in sys.argv:
+        cert, key = sys.argv[sys.argv.index("--tls") + 1:][:2]
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     print(server.server_address[1], flush=True)
     server.serve_forever()
 

@@ -381,3 +381,58 @@ def test_push_clone_pull_over_ssh(tmp_path: Path, ssh_remote: str) -> None:
     assert pull(b).action == "fast-forward"
     assert b.state().keys["stop_loss.2317"].value == 257
     assert all(c.ok for c in audit.verify(b))
+
+
+@pytest.fixture
+def https_remote(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """git http-backend behind TLS on 127.0.0.1, with a self-signed certificate made here."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    d = tmp_path / "tls"
+    d.mkdir()
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")],
+                   check=True, capture_output=True)
+    root = tmp_path / "httpsrv"
+    root.mkdir()
+    _bare(root)
+    proc, url = _http(root, "--tls", str(d / "cert.pem"), str(d / "key.pem"))
+    yield url.replace("http://", "https://"), d / "cert.pem"
+    proc.kill()
+    proc.wait()
+
+
+def test_https_trusts_only_a_configured_certificate(tmp_path: Path,
+                                                    https_remote: tuple[str, Path],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """https:// like git: an unknown certificate is refused (the write stays queued); the
+    repository's or the user's http.sslCAInfo makes it trusted for push, clone and pull."""
+    url, cert = https_remote
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))  # no user-wide git config yet
+    a = StateRepo.init(tmp_path / "a")
+    a.set("stop_loss.2317", 262, "跌破即出場")
+    a.store.set_remote_url(url)
+    with pytest.raises(StoreError) as err:
+        push(a)
+    assert err.value.rule == "remote.unreachable"
+    assert "certificate" in err.value.message.lower(), err.value.message
+    assert status(a)["ahead"] == 2  # nothing lost: init and the set wait to be pushed
+
+    assert git(a.state_dir, "config", "http.sslCAInfo", str(cert)).returncode == 0
+    assert push(a).action == "push"
+    with pytest.raises(StoreError):  # the clone has no repository config: not trusted yet
+        clone(url, tmp_path / "b")
+    assert not (tmp_path / "b").exists()  # a failed clone leaves nothing to clean up
+    (home / ".gitconfig").write_text(f"[http]\n\tsslCAInfo = {cert}\n")
+    b = clone(url, tmp_path / "b")
+    assert b.state() == a.state()
+    a.set("stop_loss.2317", 257, "review", expected=262)
+    push(a)
+    assert pull(b).action == "fast-forward"
+    assert b.state().keys["stop_loss.2317"].value == 257
+    assert all(c.ok for c in audit.verify(b))
+    a.close()
+    b.close()
