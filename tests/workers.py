@@ -58,7 +58,7 @@ def load_writer(agent_dir: str, seconds: float, worker: str) -> None:
     import time
 
     done = retries = 0
-    slowest = 0.0
+    latencies = []  # of each acknowledged increment, lock wait included
     deadline = time.monotonic() + seconds
     with StateRepo(agent_dir, actor=f"w{worker}") as repo:
         while time.monotonic() < deadline:
@@ -67,13 +67,16 @@ def load_writer(agent_dir: str, seconds: float, worker: str) -> None:
             start = time.perf_counter()
             try:
                 repo.set("counter", current + 1, f"increment by {worker}", expected=current)
-                done += 1
-                if done % 10 == 0:
-                    repo.set(f"side.{worker}", done, "side write")
             except CasMismatch:
                 retries += 1
-            slowest = max(slowest, time.perf_counter() - start)
-    print(f"{done} {retries} {slowest * 1000:.1f}", flush=True)
+                continue
+            latencies.append(time.perf_counter() - start)
+            done += 1
+            if done % 10 == 0:
+                repo.set(f"side.{worker}", done, "side write")
+    latencies.sort()
+    ms = [latencies[int(len(latencies) * q)] * 1000 for q in (0.5, 0.99)] + [latencies[-1] * 1000]
+    print(f"{done} {retries} " + " ".join(f"{v:.1f}" for v in ms), flush=True)
 
 
 def load_reader(agent_dir: str, seconds: float) -> None:
