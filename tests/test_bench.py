@@ -46,3 +46,9 @@ def test_remote_bench_quick() -> None:
     """remote.py --quick measures push, pull and fleet on loopback."""
     text = _run("remote.py")
     assert "push (with lease)" in text and "gitstate fleet" in text
+
+
+def test_lock_wait_bench_quick() -> None:
+    """lock_wait.py --quick compares gitstate's lock wait with a polling wait."""
+    text = _run("lock_wait.py")
+    assert "gitstate (blocking flock)" in text and "polling" in text
