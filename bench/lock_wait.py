@@ -25,22 +25,7 @@ from pathlib import Path
 
 from gitstate import locking
 
-HOLDER = """
-import fcntl, os, sys, time
-path, hold, gap = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
-first = True
-while True:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    if first:
-        print("held", flush=True)
-        first = False
-    time.sleep(hold)
-    os.close(fd)
-    end = time.perf_counter() + gap
-    while time.perf_counter() < end:
-        pass
-"""
+HOLDER = Path(__file__).resolve().parent / "lock_holder.py"
 
 
 def polling(path: Path, cap: float) -> bool:
@@ -92,7 +77,7 @@ def main() -> None:
     cap = 2.0 if args.quick else 120.0  # a polling wait is given up after this long
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "gitstate.lock"
-        holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path),
+        holder = subprocess.Popen([sys.executable, str(HOLDER), str(path),
                                    str(args.hold_ms / 1000), str(args.gap_ms / 1000)],
                                   stdout=subprocess.PIPE, text=True)
         try:

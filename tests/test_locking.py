@@ -21,25 +21,8 @@ from gitstate.errors import LockTimeout
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Holds the lock for HOLD seconds, then takes it again after GAP seconds of busy work, the
-# way a writer in a loop does, waiting in the kernel (a plain blocking flock, independent of
-# the code under test); prints "held" once it holds the lock the first time.
-HOLDER = """
-import fcntl, os, sys, time
-path, hold, gap = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
-first = True
-while True:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    if first:
-        print("held", flush=True)
-        first = False
-    time.sleep(hold)
-    os.close(fd)
-    end = time.perf_counter() + gap
-    while time.perf_counter() < end:
-        pass
-"""
+# a writer in a loop, reduced to its lock (a plain blocking flock, not the code under test)
+HOLDER = ROOT / "bench" / "lock_holder.py"
 
 
 @pytest.fixture
@@ -48,11 +31,22 @@ def lock_path(tmp_path: Path) -> Path:
 
 
 def _holder(path: Path, hold: float, gap: float) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path), str(hold), str(gap)],
+    proc = subprocess.Popen([sys.executable, str(HOLDER), str(path), str(hold), str(gap)],
                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "held"
     return proc
+
+
+def _free_within(path: Path, seconds: float) -> bool:
+    """Whether another description can take the lock at some moment within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with locking.attempt(path) as taken:
+            if taken:
+                return True
+        time.sleep(0.01)
+    return False
 
 
 @pytest.fixture
@@ -96,13 +90,7 @@ def test_a_waiter_that_timed_out_does_not_keep_the_lock(
         pass
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait()
-    deadline = time.monotonic() + 5
-    while True:
-        with locking.attempt(lock_path) as taken:
-            if taken:
-                break
-        assert time.monotonic() < deadline, "the abandoned wait kept the lock"
-        time.sleep(0.01)
+    assert _free_within(lock_path, 5), "the abandoned wait kept the lock"
 
 
 def test_a_waiter_is_not_starved_by_a_holder_that_takes_the_lock_again_at_once(
@@ -153,11 +141,5 @@ def test_an_interrupted_wait_does_not_keep_the_lock(
     assert waiter.stdout is not None and waiter.stdout.readline().strip() == "interrupted"
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait()
-    deadline = time.monotonic() + 5
-    while True:
-        with locking.attempt(lock_path) as taken:
-            if taken:
-                break
-        assert time.monotonic() < deadline, "the interrupted wait kept the lock"
-        time.sleep(0.01)
+    assert _free_within(lock_path, 5), "the interrupted wait kept the lock"
     assert waiter.poll() is None  # still running: the kernel did not free it on exit

@@ -371,16 +371,21 @@ def ssh_remote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]
     proc.wait()
 
 
-def test_push_clone_pull_over_ssh(tmp_path: Path, ssh_remote: str) -> None:
-    """ssh:// works like the other transports (GIT_SSH_COMMAND picks the key)."""
-    a = _publish(tmp_path, ssh_remote)
-    b = clone(ssh_remote, tmp_path / "b")
-    assert b.state() == a.state()
+def _change_reaches(a: StateRepo, b: StateRepo) -> None:
+    """A change pushed from ``a`` reaches the clone ``b`` by a fast-forward pull, verified."""
     a.set("stop_loss.2317", 257, "review", expected=262)
     push(a)
     assert pull(b).action == "fast-forward"
     assert b.state().keys["stop_loss.2317"].value == 257
     assert all(c.ok for c in audit.verify(b))
+
+
+def test_push_clone_pull_over_ssh(tmp_path: Path, ssh_remote: str) -> None:
+    """ssh:// works like the other transports (GIT_SSH_COMMAND picks the key)."""
+    a = _publish(tmp_path, ssh_remote)
+    b = clone(ssh_remote, tmp_path / "b")
+    assert b.state() == a.state()
+    _change_reaches(a, b)
 
 
 @pytest.fixture
@@ -429,10 +434,6 @@ def test_https_trusts_only_a_configured_certificate(tmp_path: Path,
     (home / ".gitconfig").write_text(f"[http]\n\tsslCAInfo = {cert}\n")
     b = clone(url, tmp_path / "b")
     assert b.state() == a.state()
-    a.set("stop_loss.2317", 257, "review", expected=262)
-    push(a)
-    assert pull(b).action == "fast-forward"
-    assert b.state().keys["stop_loss.2317"].value == 257
-    assert all(c.ok for c in audit.verify(b))
+    _change_reaches(a, b)
     a.close()
     b.close()
