@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import re
-import shutil
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from . import gitcli, safefile
 from .errors import HistoryRewritten, LockTimeout, StoreError, UsageError
 from .model import STATE_FILE, Handoff, State, parse_time
 from .projection import Mark, record
@@ -83,7 +82,10 @@ def resolve_at(repo: StateRepo, at: str) -> tuple[str, datetime]:
     """``--at TIME|REV``: the commit and the moment to evaluate expiry at."""
     try:
         moment = parse_time(at)
-    except ValueError:
+    except ValueError as exc:
+        if re.match(r"[0-9]{4}-[0-9]{2}", at.strip()):  # meant as a time, not a revision
+            raise UsageError(f"--at {at!r} is not a usable time: {exc}",
+                             rule="usage.at") from None
         commit = resolve(repo, at)
         return commit, datetime.fromtimestamp(repo.store.commit_info(commit).time, UTC)
     return commit_at(repo, moment), moment
@@ -222,12 +224,18 @@ def _object_checks(repo: StateRepo, use_git: bool) -> list[Check]:
     problems = repo.store.object_problems()
     checks.append(Check("objects", not problems, "; ".join(problems[:5]),
                         "restore the named objects from a mirror or backup" if problems else ""))
-    git = shutil.which("git") if use_git else None
-    if git:
-        out = subprocess.run([git, "-C", str(repo.state_dir), "fsck", "--strict",
-                              "--no-dangling"], capture_output=True, text=True, check=False,
-                             env={"PATH": "/usr/bin:/bin", "HOME": str(repo.state_dir),
-                                  "GIT_CONFIG_NOSYSTEM": "1"})
+    try:
+        config_text = safefile.read_regular(repo.state_dir / ".git" / "config",
+                                            1 << 20).decode("utf-8", "replace")
+        risky = gitcli.dangerous_settings(config_text)
+    except OSError as exc:
+        config_text, risky = "", [f"unreadable: {exc}"]
+    checks.append(Check("git-config", not risky, ", ".join(risky[:10]),
+                        "remove these settings from state/.git/config: each names a program "
+                        "git would run (gitstate's own git processes override them)"
+                        if risky else ""))
+    if use_git and gitcli.git_binary():
+        out = gitcli.run(repo.state_dir, ["fsck", "--strict", "--no-dangling"], timeout=3600)
         bad = out.returncode != 0 or "error" in out.stderr.lower()
         checks.append(Check("git-fsck", not bad, (out.stdout + out.stderr).strip()[:500],
                             "restore the repository from a mirror; see the fsck output"
@@ -253,6 +261,11 @@ def _history_checks(repo: StateRepo, head: str, mark: Mark,
     walk = list(repo.store.walk(head))
     walk.reverse()
     no_reason = [c.id[:12] for c in walk if not _reason(c.message)]
+    merges = [c.id[:12] for c in walk if len(c.parents) > 1]
+    checks.append(Check("linear", not merges, ", ".join(merges[:10]),
+                        "merge commits were made outside gitstate: their other parents are "
+                        "hidden from the first-parent audit trail; inspect them with `git log "
+                        "--graph` and revert what they brought in" if merges else ""))
     foreign = []
     state = State()
     replay_error = ""

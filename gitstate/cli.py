@@ -7,7 +7,6 @@ There is one ``except GitStateError``, in :func:`main`.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
+from . import textsafe
 from .errors import GitStateError, UsageError
 from .model import Scalar, display_value, parse_time
 from .repo import UNSET, StateRepo
@@ -48,11 +48,29 @@ def _now(value: str | None) -> datetime | None:
                          rule="usage.now") from None
 
 
-def _emit(data: Any, as_json: bool, text: str) -> None:
+def _emit(data: Any, as_json: bool, text: str | Callable[[Any], str]) -> None:
+    """Print ``data`` as JSON, or as text: a ``text`` callable is given the data with every
+    string made terminal-safe (``shown``), so no field can forge a line or hide characters."""
     if as_json:
-        click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+        click.echo(textsafe.dumps(data, indent=2))
     else:
-        click.echo(text)
+        click.echo(text(shown(data)) if callable(text) else text)
+
+
+def shown(data: Any) -> Any:
+    """``data`` with every string passed through :func:`textsafe.visible` (line breaks,
+    controls, bidi and invisible characters appear as ``\\uXXXX``)."""
+    if isinstance(data, str):
+        return textsafe.visible(data)
+    if isinstance(data, dict):
+        return {shown(k): shown(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [shown(v) for v in data]
+    return data
+
+
+def warn(message: str) -> None:
+    click.echo(f"gitstate: warning: {textsafe.visible(message)}", err=True)
 
 
 def json_option(f: F) -> F:
@@ -118,11 +136,11 @@ def _result_text(result: dict[str, Any]) -> str:
 
 def _finish(result: dict[str, Any], as_json: bool) -> None:
     for warning in result.get("warnings", []):
-        click.echo(f"gitstate: warning: {warning}", err=True)
+        warn(warning)
     if result.get("truncated"):
         click.echo("gitstate: note: the plain handoff note was collapsed and cut to fit",
                    err=True)
-    _emit(result, as_json, _result_text(result))
+    _emit(result, as_json, _result_text)
 
 
 @cli.command("set")
@@ -246,8 +264,8 @@ def get(obj: Ctx, now: str | None, at: str | None, history_n: int, as_json: bool
             moment = moment or at_moment
         data = repo.get(now=moment, history=history_n, commit=commit)
     for warning in data["warnings"]:
-        click.echo(f"gitstate: warning: {warning}", err=True)
-    _emit(data, as_json, _get_text(data))
+        warn(warning)
+    _emit(data, as_json, _get_text)
 
 
 @cli.command()
@@ -272,7 +290,7 @@ def render(obj: Ctx, locale: str | None, now: str | None, at: str | None) -> Non
         return
     text, warnings = section(obj.agent_dir, locale=locale, now=_now(now))
     for warning in warnings:
-        click.echo(f"gitstate: warning: {warning}", err=True)
+        warn(warning)
     sys.stdout.write(text)
 
 
@@ -341,9 +359,10 @@ def main(argv: list[str] | None = None) -> int:
     except GitStateError as exc:
         as_json = argv is not None and "--json" in argv
         if as_json:
-            click.echo(json.dumps(exc.to_dict(), ensure_ascii=False, indent=2))
-        click.echo(f"gitstate: refused [{exc.rule}]: {exc.message}"
-                   if exc.exit_code == 1 else f"gitstate: error [{exc.rule}]: {exc.message}",
+            click.echo(textsafe.dumps(exc.to_dict(), indent=2))
+        message = textsafe.visible(exc.message)  # it may quote a value or a reason
+        click.echo(f"gitstate: refused [{exc.rule}]: {message}"
+                   if exc.exit_code == 1 else f"gitstate: error [{exc.rule}]: {message}",
                    err=True)
         return exc.exit_code
     except click.exceptions.Abort:

@@ -3,17 +3,17 @@ history. Registered on the main click group by importing this module."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
+from . import textsafe
 from .audit import blame as blame_view
 from .audit import diff_states, resolve
 from .audit import log as log_view
 from .audit import show as show_view
 from .audit import verify as verify_checks
-from .cli import Ctx, _emit, _finish, _now, cli, json_option
+from .cli import Ctx, _emit, _finish, _now, cli, json_option, shown, warn
 from .errors import Refused, UsageError
 from .model import display_value
 
@@ -53,7 +53,7 @@ def log(obj: Ctx, key: str | None, limit: int | None, since: str | None, as_json
     """
     with obj.repo() as repo:
         for rec in log_view(repo, key=key, limit=limit, since=_now(since)):
-            click.echo(json.dumps(rec, ensure_ascii=False) if as_json else _log_line(rec))
+            click.echo(textsafe.dumps(rec) if as_json else _log_line(shown(rec)))
 
 
 @cli.command()
@@ -68,12 +68,16 @@ def show(obj: Ctx, rev: str, patch: bool, as_json: bool) -> None:
     if as_json:
         _emit(data, True, "")
         return
+    # the reason is shown line by line, indented as git log does, each line terminal-safe
+    reason = ["    " + textsafe.visible(line) for line in data["reason"].split("\n")]
+    raw_patch = str(data.get("patch") or "")
+    data = shown(data)
     lines = [f"commit {data['commit']}", f"author {data['author']}",
-             f"time   {data['time']}", f"actor  {data['actor']}", "", data["reason"], ""]
+             f"time   {data['time']}", f"actor  {data['actor']}", "", *reason, ""]
     lines += _diff_lines(data["changes"])
     lines += [""] + [f"{n}: {v}" for n, v in data["trailers"]]
     if patch:
-        lines += ["", data["patch"].rstrip("\n")]
+        lines += ["", *(textsafe.visible(line) for line in raw_patch.rstrip("\n").split("\n"))]
     click.echo("\n".join(lines))
 
 
@@ -104,7 +108,7 @@ def diff(obj: Ctx, rev_a: str, rev_b: str, as_json: bool) -> None:
     with obj.repo() as repo:
         a, b = resolve(repo, rev_a), resolve(repo, rev_b)
         d = diff_states(repo.state_at(a), repo.state_at(b)).to_dict()
-    _emit({"from": a, "to": b, **d}, as_json, "\n".join(_diff_lines(d)))
+    _emit({"from": a, "to": b, **d}, as_json, lambda safe: "\n".join(_diff_lines(safe)))
 
 
 @cli.command()
@@ -114,9 +118,11 @@ def blame(obj: Ctx, as_json: bool) -> None:
     """For every current key: the commit that set its value, when, who and why."""
     with obj.repo() as repo:
         data = blame_view(repo)
-    text = "\n".join(f"{k}  = {_value(e['value'])}  {e['commit'][:12]} {e['time']} "
-                     f"{e['actor']}: {e['reason'].splitlines()[0]}" for k, e in data.items())
-    _emit(data, as_json, text or "(no keys)")
+    def text(safe: dict[str, Any]) -> str:
+        return "\n".join(f"{k}  = {_value(e['value'])}  {e['commit'][:12]} {e['time']} "
+                         f"{e['actor']}: {e['reason']}" for k, e in safe.items()) or "(no keys)"
+
+    _emit(data, as_json, text)
 
 
 @cli.command()
@@ -145,9 +151,8 @@ def revert(obj: Ctx, rev: str | None, key: str | None, reason: str, force: bool,
         result = repo.revert(commit, reason, force=force).to_dict()
     for c in result["overridden"]:
         held = (c.get("current") or {}).get("value", c.get("current"))
-        click.echo(f"gitstate: warning: --force overrode {c['key'] or 'the handoff'} "
-                   f"(it held {_value(held) if not isinstance(held, dict) else held})",
-                   err=True)
+        warn(f"--force overrode {c['key'] or 'the handoff'} "
+             f"(it held {_value(held) if not isinstance(held, dict) else held})")
     _emit(result, as_json, f"{result['commit'][:12]} reverted {commit[:12]}")
 
 
@@ -185,7 +190,8 @@ def verify(obj: Ctx, no_git: bool, as_json: bool) -> None:
     else:
         for c in checks:
             mark = "ok  " if c.ok else "FAIL"
-            click.echo(f"{mark} {c.name}" + (f": {c.detail}" if c.detail else ""))
+            click.echo(f"{mark} {c.name}" + (f": {textsafe.visible(c.detail)}"
+                                              if c.detail else ""))
             if not c.ok:
                 click.echo(f"     -> {c.remedy}")
     if not ok:

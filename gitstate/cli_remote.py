@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-from .cli import Ctx, _emit, cli, json_option
+from . import textsafe
+from .cli import Ctx, _emit, cli, json_option, shown
 from .errors import Refused
 
 
@@ -140,7 +141,7 @@ def verify_push(old: str, new: str, ref: str, git_dir: Path) -> None:
 
     problems = check(git_dir, old, new, ref)
     for problem in problems:
-        click.echo(f"gitstate: {problem}", err=True)
+        click.echo(f"gitstate: {textsafe.visible(problem)}", err=True)
     if problems:
         raise Refused(f"push refused: {len(problems)} problem(s)", rule="verify_push.failed")
 
@@ -172,7 +173,7 @@ def fleet(root: Path, expiring_hours: float, as_json: bool) -> None:
     if as_json:
         _emit(rows, True, "")
         return
-    for r in rows:
+    for r in shown(rows):
         if "error" in r:
             click.echo(f"{r['agent']}: {r['error']}")
             continue

@@ -70,19 +70,23 @@ _ = [getattr(Config, attr) for attr, *_ in _SETTINGS.values()]  # every setting 
 
 def load_config(agent_dir: str | os.PathLike[str]) -> Config:
     """Read ``<agent_dir>/config.toml``; a missing file means all defaults."""
+    from .safefile import NotRegular, TooLarge, read_regular
+
     path = os.path.join(agent_dir, CONFIG_FILE)
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_CONFIG_BYTES + 1)
+        data = read_regular(path, MAX_CONFIG_BYTES)
     except FileNotFoundError:
         return Config()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc}", rule="config.unreadable") from exc
-    if len(data) > MAX_CONFIG_BYTES:
+    except TooLarge as exc:
         raise ConfigError(
             f"{path} is over {MAX_CONFIG_BYTES} bytes; such config files are refused",
             rule="config.too_large",
-        )
+        ) from exc
+    except NotRegular as exc:  # a symlink, FIFO or device: never followed or waited on
+        raise ConfigError(f"{path} is not a regular file (a symlink, FIFO or device); "
+                          "config.toml must be a plain file", rule="config.not_regular") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}", rule="config.unreadable") from exc
     import tomllib  # only when there is a file to read
 
     try:

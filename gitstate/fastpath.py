@@ -18,8 +18,11 @@ from datetime import UTC, datetime
 
 from .config import load_config, resolve_tz
 from .errors import NotInitialized
+from .layout import STATE_MAX_BYTES
 from .model import STATE_FILE, State
 from .render import phase_lines, render
+from .safefile import read_regular
+from .textsafe import dumps
 
 STAMP = "gitstate-stamp"
 BRANCH = "refs/heads/main"
@@ -31,19 +34,21 @@ except ImportError:  # pragma: no cover - other Python implementations
     from hashlib import sha1
 
 
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
+def _read(path: str, limit: int = 64 << 10) -> bytes:
+    # never through a symlink, never a FIFO or device, never unbounded (safefile)
+    return read_regular(path, limit)
 
 
 def _read_ref(git_dir: str) -> str | None:
     try:
-        return _read(os.path.join(git_dir, BRANCH)).decode("ascii").strip()
+        return _read(os.path.join(git_dir, BRANCH), 256).decode("ascii").strip()
     except FileNotFoundError:
         pass
+    except (OSError, UnicodeDecodeError):
+        return None
     try:
-        packed = _read(os.path.join(git_dir, "packed-refs")).decode("ascii")
-    except FileNotFoundError:
+        packed = _read(os.path.join(git_dir, "packed-refs"), 1 << 20).decode("ascii")
+    except (OSError, UnicodeDecodeError):
         return None
     for line in packed.splitlines():
         sha, _, name = line.partition(" ")
@@ -62,9 +67,9 @@ def _head_fast(state_dir: str | os.PathLike[str]) -> tuple[State, dict[str, obje
     """(HEAD's state, the compiled schema or None), or None when only the slow path can tell."""
     git_dir = os.path.join(state_dir, ".git")
     try:
-        fields = _read(os.path.join(git_dir, STAMP)).decode("ascii").split()
-        data = _read(os.path.join(state_dir, STATE_FILE))
-    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+        fields = _read(os.path.join(git_dir, STAMP), 256).decode("ascii").split()
+        data = _read(os.path.join(state_dir, STATE_FILE), STATE_MAX_BYTES)
+    except (OSError, UnicodeDecodeError):  # absent, not a regular file, too large: slow path
         return None
     if len(fields) != 3 or _read_ref(git_dir) != fields[0]:
         return None
@@ -72,8 +77,8 @@ def _head_fast(state_dir: str | os.PathLike[str]) -> tuple[State, dict[str, obje
     compiled = None
     if schema_blob != "-":
         try:
-            compiled = json.loads(_read(os.path.join(git_dir, "gitstate-schema.json")))
-        except (FileNotFoundError, ValueError):
+            compiled = json.loads(_read(os.path.join(git_dir, "gitstate-schema.json"), 1 << 20))
+        except (OSError, ValueError, RecursionError):
             return None
         if not isinstance(compiled, dict) or compiled.get("blob") != schema_blob:
             return None
@@ -115,7 +120,7 @@ def claude_code_output(text: str, event: str) -> str:
     if not text:
         return ""
     payload = {"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}
-    return json.dumps(payload, ensure_ascii=False) + "\n"
+    return dumps(payload) + "\n"
 
 
 def hook_event_from_stdin(default: str) -> str:

@@ -110,3 +110,15 @@ def attempt(path: Path) -> Iterator[bool]:
         yield _take_now(fd)
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def directory(path: Path) -> Iterator[None]:
+    """An exclusive flock on a directory itself (``init``: before the repository and its
+    lock file exist, parallel inits of one directory take turns on the directory)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

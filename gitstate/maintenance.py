@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import safefile
 from .errors import Refused
 
 if TYPE_CHECKING:
@@ -33,40 +34,87 @@ def maybe_start(repo: StateRepo, commit: str) -> bool:
             repo.store.loose_estimate(objects) < repo.config.gc_loose_objects:
         return False
     pid_path = repo.state_dir / ".git" / PID_FILE
-    if not _claim(pid_path):
+    if not _claim(pid_path, write_pid=False):  # empty until the child's pid is known
         return False
-    subprocess.Popen(  # detached: the write returns at once
-        [sys.executable, "-m", "gitstate", "--agent-dir", str(repo.agent_dir), "gc", "--auto"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True, close_fds=True)
+    try:
+        child = subprocess.Popen(  # detached: the write returns at once
+            [sys.executable, "-m", "gitstate", "--agent-dir", str(repo.agent_dir), "gc",
+             "--auto"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+    except OSError:
+        pid_path.unlink()
+        raise
+    _write_pid(pid_path, child.pid)
     return True
 
 
 def wait_idle(git_dir: Path, timeout: float = 300.0) -> bool:
-    """Wait until no maintenance run holds the repository; False on timeout."""
+    """Wait until no maintenance run holds the repository; False on timeout. A pid file
+    whose process is gone (killed, or failed on a full disk) is stale and ends the wait."""
     pid_path = git_dir / PID_FILE
     deadline = time.monotonic() + timeout
     while pid_path.exists():
-        with contextlib.suppress(OSError):
-            if time.time() - pid_path.stat().st_mtime > STALE_SECONDS:
-                return True
+        if _stale(pid_path):
+            return True
         if time.monotonic() > deadline:
             return False
         time.sleep(0.1)
     return True
 
 
-def _claim(pid_path: Path) -> bool:
+def _stale(pid_path: Path) -> bool:
+    """Whether the maintenance run a pid file names is over: its process no longer exists,
+    the file cannot be read as a pid, or it is older than any run takes."""
     try:
-        fd = os.open(pid_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        with contextlib.suppress(OSError):
-            if time.time() - pid_path.stat().st_mtime > STALE_SECONDS:
-                pid_path.unlink()  # a maintenance run that died long ago
+        data = safefile.read_regular(pid_path, 64)
+        if time.time() - pid_path.stat().st_mtime > STALE_SECONDS:
+            return True
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return True
+    text = data.decode("ascii", "replace").strip()
+    if not text:  # being written by the claimant this very moment
+        return time.time() - pid_path.stat().st_mtime > 5
+    if not text.isdigit():
+        return True
+    try:
+        os.kill(int(text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # alive, another user's
+    except (OverflowError, ValueError):
+        return True
+    try:  # a killed child not yet reaped by its parent is a zombie: over all the same
+        with open(f"/proc/{int(text)}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[:1] == [b"Z"]
+    except OSError:
         return False
-    os.write(fd, str(os.getpid()).encode())
-    os.close(fd)
-    return True
+
+
+def _claim(pid_path: Path, write_pid: bool = True) -> bool:
+    for _ in range(2):
+        try:
+            fd = os.open(pid_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            if not _stale(pid_path):
+                return False
+            with contextlib.suppress(FileNotFoundError):
+                pid_path.unlink()  # a maintenance run that died: take its place
+            continue
+        if write_pid:
+            os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        return True
+    return False
+
+
+def _write_pid(pid_path: Path, pid: int) -> None:
+    """Name the process that does the work (atomically: a reader sees one pid or the other)."""
+    tmp = pid_path.with_name(f".{pid_path.name}.{os.getpid()}.tmp")
+    tmp.write_text(str(pid), encoding="ascii")
+    os.replace(tmp, pid_path)
 
 
 def run_gc(repo: StateRepo, auto: bool = False) -> dict[str, Any]:

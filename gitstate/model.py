@@ -30,12 +30,24 @@ def format_time(moment: datetime) -> str:
     return moment.astimezone(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+YEAR_MIN, YEAR_MAX = 1970, 9000  # far from datetime's edges, where arithmetic overflows
+
+
 def parse_time(text: str) -> datetime:
-    """Parse a stored or user-given ISO 8601 time; naive input is taken as UTC."""
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
+    """Parse a stored or user-given ISO 8601 time; naive input is taken as UTC. Any text
+    that is not such a time, or a year outside 1970-9000, raises ValueError."""
+    if not isinstance(text, str) or len(text) > 64:
+        raise ValueError("not an ISO 8601 time")
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        moment = moment.astimezone(UTC)
+    except OverflowError as exc:
+        raise ValueError(f"{text!r} is out of range") from exc
+    if not YEAR_MIN <= moment.year < YEAR_MAX:
+        raise ValueError(f"{text!r}: only years {YEAR_MIN} to {YEAR_MAX - 1} are accepted")
+    return moment
 
 
 def canonical_text(value: Scalar) -> str:
@@ -52,7 +64,9 @@ def canonical_text(value: Scalar) -> str:
     if isinstance(value, int | float):
         return _decimal_text(Decimal(repr(value)) if isinstance(value, float) else Decimal(value))
     text = value.strip()
-    if text and (text[0].isdigit() or text[0] in "+-."):
+    # Decimal("２６２") is 262 too: only ASCII digits make a number, other scripts' digits
+    # are text and never equal to one (a look-alike must not pass a compare-and-swap)
+    if text and text.isascii() and (text[0].isdigit() or text[0] in "+-."):
         try:
             number = Decimal(text)
         except InvalidOperation:
@@ -147,18 +161,23 @@ class Entry(_Record):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Entry:
-        value = data["value"]
+        """An entry from its stored form; any other shape raises ValueError."""
+        if not isinstance(data, dict):
+            raise ValueError("an entry must be an object")
+        value = data.get("value")
         if not isinstance(value, str | int | float) or (
             isinstance(value, float) and not math.isfinite(value)
         ):
             raise ValueError("entry value must be a JSON scalar")
-        return cls(
-            value=value,
-            set_at=str(data["set_at"]),
-            reason=str(data["reason"]),
-            actor=str(data.get("actor", "")),
-            expires_at=data.get("expires_at"),
-        )
+        set_at, reason = data.get("set_at", ""), data.get("reason")
+        actor, expires = data.get("actor", ""), data.get("expires_at")
+        if not isinstance(reason, str) or not isinstance(actor, str):
+            raise ValueError("entry reason and actor must be strings")
+        parse_time(set_at)  # raises unless a valid time
+        if expires is not None:
+            parse_time(expires)
+        return cls(value=value, set_at=set_at, reason=reason, actor=actor,
+                   expires_at=expires)
 
 
 class Handoff(_Record):
@@ -195,14 +214,26 @@ class Handoff(_Record):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Handoff:
+        """A handoff from its stored form; any other shape raises ValueError."""
+        if not isinstance(data, dict):
+            raise ValueError("the handoff must be an object")
+        texts = {name: data.get(name) for name in
+                 ("note", "actor", "status", "next_steps", "evidence", "blocker")}
+        for name, text in texts.items():
+            if text is not None and not isinstance(text, str):
+                raise ValueError(f"handoff {name} must be a string")
+        if texts["status"] is not None and texts["status"] not in HANDOFF_STATUSES:
+            raise ValueError("handoff status must be continue, complete or blocked")
+        left_at = data.get("left_at", "")
+        parse_time(left_at)  # raises unless a valid time
         return cls(
-            note=str(data.get("note") or ""),
-            left_at=str(data["left_at"]),
-            actor=str(data.get("actor", "")),
-            status=data.get("status"),
-            next_steps=data.get("next_steps"),
-            evidence=data.get("evidence"),
-            blocker=data.get("blocker"),
+            note=texts["note"] or "",
+            left_at=left_at,
+            actor=texts["actor"] or "",
+            status=texts["status"],
+            next_steps=texts["next_steps"],
+            evidence=texts["evidence"],
+            blocker=texts["blocker"],
         )
 
 
@@ -248,12 +279,18 @@ class State(_Record):
 
     @classmethod
     def from_bytes(cls, data: bytes) -> State:
-        raw = json.loads(data.decode("utf-8"))
+        """Parse working_state.json; anything that is not a gitstate state (bad JSON, deep
+        nesting, wrong shapes, bad times) raises ValueError."""
+        try:
+            raw = json.loads(data.decode("utf-8"))
+        except RecursionError as exc:
+            raise ValueError("working_state.json nests too deeply") from exc
         if not isinstance(raw, dict) or not isinstance(raw.get("keys"), dict):
             raise ValueError("working_state.json is not a gitstate state object")
         keys = {str(k): Entry.from_dict(v) for k, v in raw["keys"].items()}
-        handoff = Handoff.from_dict(raw["handoff"]) if raw.get("handoff") else None
-        return cls(keys=keys, handoff=handoff)
+        handoff = raw.get("handoff")
+        return cls(keys=keys, handoff=Handoff.from_dict(handoff) if handoff is not None
+                   else None)
 
 
 EMPTY = State()

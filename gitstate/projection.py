@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple, Protocol
 
-from . import faults
+from . import faults, safefile
 from .errors import HistoryRewritten
 from .model import HISTORY_FILE, format_time
 from .trailers import NotAGitstateCommit, parse_message
@@ -98,11 +98,19 @@ class Projection:
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / HISTORY_FILE
 
+    def _open(self) -> BinaryIO | None:
+        """The file for reading; None when it is absent or not a regular file (a symlink
+        or FIFO put in its place counts as no projection: it is rebuilt from git, and the
+        thing it pointed at is never read or written)."""
+        try:
+            return safefile.open_regular(self.path)
+        except OSError:
+            return None
+
     def mark(self) -> Mark:
         """The projection's size and newest complete record, read now."""
-        try:
-            f = self.path.open("rb")
-        except FileNotFoundError:
+        f = self._open()
+        if f is None:
             return Mark(0, None)
         with f:
             end = f.seek(0, os.SEEK_END)
@@ -113,9 +121,8 @@ class Projection:
         """The newest ``n`` complete records (of the first ``end`` bytes), newest first."""
         if n <= 0:
             return []
-        try:
-            f = self.path.open("rb")
-        except FileNotFoundError:
+        f = self._open()
+        if f is None:
             return []
         with f:
             size = f.seek(0, os.SEEK_END)
@@ -144,9 +151,8 @@ class Projection:
         """Records (of the first ``end`` bytes) newest first, reading the file backwards in
         chunks; with ``contains``, only lines holding those bytes are parsed (a cheap
         pre-filter for per-key queries)."""
-        try:
-            f = self.path.open("rb")
-        except FileNotFoundError:
+        f = self._open()
+        if f is None:
             return
         with f:
             size = f.seek(0, os.SEEK_END)
@@ -177,11 +183,11 @@ class Projection:
 
     def all(self, end: int | None = None) -> list[dict[str, Any]]:
         """Every complete record (of the first ``end`` bytes), oldest first."""
-        try:
-            with self.path.open("rb") as f:
-                data = f.read() if end is None else f.read(end)
-        except FileNotFoundError:
+        f = self._open()
+        if f is None:
             return []
+        with f:
+            data = f.read() if end is None else f.read(end)
         out = []
         for raw in data.split(b"\n")[:-1]:
             with contextlib.suppress(ValueError):
@@ -219,8 +225,11 @@ class Projection:
         data = b"".join(_line(r) for r in records)
         if not data:
             return
+        if safefile.kind(self.path) not in (None, "file"):
+            # readers took it for no projection, so ``records`` start from the first commit
+            self.path.unlink()
         self._cut_torn_tail()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             if faults.armed("projection"):  # die with half a line written
                 os.write(fd, data[: len(data) // 2])
@@ -246,7 +255,7 @@ class Projection:
 
     def _cut_torn_tail(self) -> None:
         try:
-            with self.path.open("rb+") as f:
+            with safefile.open_regular(self.path, write=True) as f:
                 size = f.seek(0, os.SEEK_END)
                 if size == 0:
                     return
@@ -264,5 +273,5 @@ class Projection:
                         f.truncate(pos + idx + 1)
                         return
                 f.truncate(0)
-        except FileNotFoundError:
+        except (FileNotFoundError, safefile.NotRegular):
             return

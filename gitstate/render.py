@@ -9,11 +9,11 @@ line, a heading, or a forged key line.
 from __future__ import annotations
 
 import functools
-import unicodedata
 from collections.abc import Iterable
 from datetime import UTC, datetime, tzinfo
 
 from .model import Entry, Handoff, State, display_value, parse_time
+from .textsafe import inline
 
 HEADER = {
     "zh-TW": (
@@ -51,27 +51,6 @@ _HANDOFF_WORDS = {
     "ja": ("引き継ぎメモ（{t} 記入）：", "状態=", "次の手順：", "根拠：", "障害："),
 }
 
-# Characters that are invisible or reorder text: a value must not hide or disguise content.
-_INVISIBLE = set("\u200b\u200c\u200d\u2060\ufeff\u061c\u200e\u200f") | {
-    chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))
-}
-
-
-def inline(text: str) -> str:
-    """Flatten untrusted text to one line: line breaks of every kind and controls become
-    spaces, invisible and bidi-override characters are dropped, runs of space collapse."""
-    out: list[str] = []
-    for ch in text:
-        if ch in _INVISIBLE:
-            continue
-        cat = unicodedata.category(ch)
-        if cat in ("Cc", "Zl", "Zp", "Cs") or ch.isspace():
-            out.append(" ")
-        else:
-            out.append(ch)
-    return " ".join("".join(out).split())
-
-
 def _clock(moment: str, tz: tzinfo) -> str:
     return parse_time(moment).astimezone(tz).strftime("%m-%d %H:%M")
 
@@ -83,7 +62,7 @@ def key_line(key: str, entry: Entry, locale: str, tz: tzinfo) -> str:
     if entry.expires_at:
         parts.append(exp_w + _clock(entry.expires_at, tz))
     value = inline(display_value(entry.value))
-    return f"- {key} = {value}{open_}{sep.join(parts)}{close}"
+    return f"- {inline(key)} = {value}{open_}{sep.join(parts)}{close}"
 
 
 def handoff_line(handoff: Handoff, locale: str, tz: tzinfo) -> str:
@@ -92,7 +71,7 @@ def handoff_line(handoff: Handoff, locale: str, tz: tzinfo) -> str:
     _, _, _, open_, sep, close = _KEY_WORDS[locale]
     line = head.format(t=_clock(handoff.left_at, tz)) + inline(handoff.note)
     if handoff.status:
-        extra = [status_w + handoff.status]
+        extra = [status_w + inline(handoff.status)]
         for word, text in ((next_w, handoff.next_steps), (evid_w, handoff.evidence),
                            (block_w, handoff.blocker)):
             if text:

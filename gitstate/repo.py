@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from . import faults, rules
+from . import faults, locking, rules
 from .config import LOCALES, Config, load_config, resolve_tz
 from .errors import (
     CasMismatch,
@@ -157,23 +157,42 @@ class StateRepo:
     # -- lifecycle ------------------------------------------------------------------------
 
     @classmethod
-    def init(cls, agent_dir: str | Path, **kwargs: Any) -> StateRepo:
-        """Create ``<agent_dir>/state`` with a first commit; idempotent on an existing one."""
+    def init(cls, agent_dir: str | Path, *, actor: str | None = None, writer: str = "runtime",
+             clock: Callable[[], datetime] | None = None,
+             config: Config | None = None) -> StateRepo:
+        """Create ``<agent_dir>/state`` with a first commit; idempotent on an existing one,
+        and it finishes an init that was interrupted (killed, disk full). Parallel inits of
+        one directory take turns and all end with the same repository."""
         agent_dir = Path(agent_dir)
         state_dir = agent_dir / STATE_DIR
-        config = kwargs.get("config") or load_config(agent_dir)
-        if not (state_dir / ".git").is_dir():
-            from .githooks import install
+        config = config or load_config(agent_dir)
+        who = rules.check_actor(actor or writer)
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True)
+            with locking.directory(state_dir):
+                cls._init_locked(state_dir, config, who, clock)
+        except OSError as exc:
+            raise StoreError(f"cannot create {state_dir} ({exc.strerror or exc}); nothing "
+                             "usable was left behind: run `gitstate init` again once fixed",
+                             rule="store.disk_full" if exc.errno == errno.ENOSPC
+                             else "store.io") from exc
+        return cls(agent_dir, actor=actor, writer=writer, clock=clock, config=config)
 
-            store = GitStore.create(state_dir)
+    @staticmethod
+    def _init_locked(state_dir: Path, config: Config, actor: str,
+                     clock: Callable[[], datetime] | None) -> None:
+        from .githooks import install
+
+        store = GitStore.create(state_dir)
+        try:
             install(store.git_dir)
-            try:
-                with store.lock():
-                    clock = kwargs.get("clock") or (lambda: datetime.now(UTC))
-                    when = clock()
+            with store.lock():
+                if store.head() is not None:
+                    return
+                with store.writing():
+                    when = (clock or (lambda: datetime.now(UTC)))()
                     change = Change(op="init", reason="Initialize gitstate working state",
-                                    actor=rules.check_actor(kwargs.get("actor") or
-                                                            kwargs.get("writer", "runtime")))
+                                    actor=actor)
                     offset = resolve_tz(config.timezone).utcoffset(when)
                     commit = store.commit(None, {STATE_FILE: EMPTY.to_bytes()},
                                           change.message(), _identity(config),
@@ -182,9 +201,8 @@ class StateRepo:
                     if commit is not None:
                         store.checkout(commit)
                         Projection(state_dir).catch_up(store, commit)
-            finally:
-                store.close()
-        return cls(agent_dir, **kwargs)
+        finally:
+            store.close()
 
     def close(self) -> None:
         self.store.close()
@@ -587,10 +605,12 @@ class StateRepo:
             for _ in range(5):
                 base = self.head()
                 state = self.state_at(base)
-                now = self.now()
+                now, clock = self._commit_moment(base)
                 new_state, change, result = mutate(state, now)
                 if request is not None:
                     change = dataclasses.replace(change, request=request)
+                if clock is not None:
+                    change = dataclasses.replace(change, clock=clock)
                 data = new_state.to_bytes()
                 args = (base, {STATE_FILE: data, **(files or {})}, change.message(),
                         _identity(self.config), int(now.timestamp()), self._tz_offset(now))
@@ -626,6 +646,16 @@ class StateRepo:
                 return result
         raise StoreError("main kept moving while writing; another tool is writing this "
                          "repository", rule="store.contention")
+
+    def _commit_moment(self, base: str) -> tuple[datetime, str | None]:
+        """The time a commit on ``base`` carries: the clock, or the parent's time when the
+        clock stepped back, so that commit times on main never decrease and ``--at`` always
+        names one state. The raw clock then goes in the ``Gitstate-Clock`` trailer."""
+        now = self.now()
+        parent_time = self.store.commit_times(base)[1]
+        if now.timestamp() >= parent_time:
+            return now, None
+        return datetime.fromtimestamp(parent_time, UTC), format_time(now)
 
     def _recover_locked(self, keep_hand_edits: bool = False) -> list[str]:
         """Under the lock: repair a killed writer's leftovers; keep hand edits aside."""
@@ -699,11 +729,7 @@ class StateRepo:
         live = state.live(now)
         if key in live:
             return
-        for other in state.keys:
-            if other != key and other.lower() == key.lower():
-                raise InvalidInput(f"key {key!r} differs from existing key {other!r} only in "
-                                   "case; use the existing key", rule="key.case", key=key,
-                                   existing=other)
+        rules.check_twin(key, state.keys)
         if len(live) >= self.config.max_keys:
             raise KeyCapReached(
                 f"{len(live)} live keys already (the cap is {self.config.max_keys}); clear one "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .errors import HandoffTooLarge, InvalidInput
@@ -48,9 +49,27 @@ def check_key(key: object) -> str:
     return key
 
 
+# Blank letters: category Lo, so not "format" characters, yet they print as nothing.
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
+# Variation selectors: U+FE0E/U+FE0F pick text or emoji style after a symbol; the others
+# (and the supplement, U+E0100-E01EF) carry no visible meaning and can smuggle bytes.
+_VARIATION = frozenset(chr(c) for c in (*range(0xFE00, 0xFE0E), *range(0xE0100, 0xE01F0)))
+COMBINING_RUN_MAX = 4
+
+
 def _check_text(text: str, what: str, *, allow_newlines: bool) -> None:
-    for ch in text:
+    """Refuse what can hide or disguise content from the model or a person reading it:
+    control characters, invisible and bidi ("format", Unicode category Cf: zero-width
+    characters, bidi overrides, the tag block U+E0000-E007F, invisible operators
+    U+2061-2064, the soft hyphen), blank letters, stray variation selectors, and combining
+    marks that strike through or alter ASCII text and digits (a crossed-out 262 that reads as
+    262 to a program)."""
+    previous = ""
+    run = 0
+    # NFC first: an accent that composes with its letter (e + U+0301 = é) is ordinary text
+    for ch in unicodedata.normalize("NFC", text):
         if ch in "\n\t" and allow_newlines:
+            previous, run = ch, 0
             continue
         cat = unicodedata.category(ch)
         if cat == "Cs":
@@ -60,6 +79,58 @@ def _check_text(text: str, what: str, *, allow_newlines: bool) -> None:
                 f"{what} contains a control character or line break (U+{ord(ch):04X})",
                 rule=f"{what}.control",
             )
+        if cat == "Cf" or ch in _BLANK_LETTERS or ch in _VARIATION:
+            raise InvalidInput(
+                f"{what} contains an invisible or text-direction character (U+{ord(ch):04X} "
+                f"{unicodedata.name(ch, 'unnamed')}); it could hide text from the reader",
+                rule=f"{what}.invisible",
+            )
+        if cat in ("Mn", "Me"):
+            run += 1
+            if unicodedata.combining(ch) == 1 or previous.isascii() or \
+                    unicodedata.category(previous) == "Nd" or run > COMBINING_RUN_MAX:
+                raise InvalidInput(
+                    f"{what} has a combining mark (U+{ord(ch):04X} "
+                    f"{unicodedata.name(ch, 'unnamed')}) on {previous!r}: overlays, marks on "
+                    f"ASCII text or digits, and runs of over {COMBINING_RUN_MAX} marks "
+                    "disguise what the text says",
+                    rule=f"{what}.combining",
+                )
+            continue
+        previous, run = ch, 0
+
+
+# Unicode TS #39 confusables whose source is in the key alphabet (ASCII letters, digits,
+# '.', '_', '-'), as skeleton rules: "0" looks like "O", "1" and "I" like "l", and "m",
+# "d", "w" like "rn", "cl", "vv". Keys are compared after case folding too (case twins).
+_CONFUSABLE_CHARS = str.maketrans({"0": "o", "1": "l", "I": "l", "|": "l"})
+_CONFUSABLE_SEQUENCES = (("m", "rn"), ("d", "cl"), ("w", "vv"))
+
+
+def skeleton(key: str) -> str:
+    """The confusable skeleton of a key: two keys with one skeleton look alike."""
+    text = key.translate(_CONFUSABLE_CHARS).lower()
+    for single, double in _CONFUSABLE_SEQUENCES:
+        text = text.replace(single, double)
+    return text
+
+
+def check_twin(key: str, existing: Iterable[str]) -> None:
+    """A new key must not differ from an existing one only in case or by look-alike
+    characters (``stop_Ioss.2317`` beside ``stop_loss.2317``)."""
+    folded, shape = key.lower(), skeleton(key)
+    for other in existing:
+        if other == key:
+            continue
+        if other.lower() == folded:
+            raise InvalidInput(f"key {key!r} differs from existing key {other!r} only in "
+                               "case; use the existing key", rule="key.case", key=key,
+                               existing=other)
+        if skeleton(other) == shape:
+            raise InvalidInput(f"key {key!r} looks like existing key {other!r} (confusable "
+                               "characters such as 0/O, 1/l/I, rn/m); use the existing key or "
+                               "a clearly different name", rule="key.confusable", key=key,
+                               existing=other)
 
 
 def check_value(value: object) -> Scalar:

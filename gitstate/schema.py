@@ -214,6 +214,8 @@ def check_value(spec: KeySpec, key: str, value: Scalar) -> Scalar:
 
 
 def _coerce(t: str, text: str) -> Scalar:
+    if not text.isascii():  # int("２６２") is 262: other scripts' digits stay text
+        return text
     try:
         if t == "integer":
             return int(text)

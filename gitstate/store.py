@@ -25,7 +25,6 @@ import hashlib
 import io
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -39,8 +38,9 @@ from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
-from . import faults, locking
+from . import faults, gitcli, locking, safefile
 from .errors import NotInitialized, StoreError
+from .layout import TREE_FILES
 
 BRANCH = Ref(b"refs/heads/main")
 ZERO = ObjectID(b"0" * 40)
@@ -48,6 +48,7 @@ LOCK_FILE = "gitstate.lock"
 STAMP_FILE = "gitstate-stamp"
 SCHEMA_FILE = "schema.yaml"  # (gitstate.schema owns its meaning; the store only tracks it)
 WRITING_FILE = "gitstate-writing"
+INCOMING_PREFIX = "gitstate-incoming-"  # quarantines of fetches in flight (see fetch)
 FILE_MODE = 0o100644
 T = TypeVar("T")
 ObjT = TypeVar("ObjT", bound=ShaFile)
@@ -97,6 +98,7 @@ class GitStore:
         # most recent ones are kept to spare re-reading objects on every write.
         self._known: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {}
         self.last_commit: CommitInfo | None = None
+        self._last_commit_time = 0
         self.last_objects: list[str] = []
 
     def use_quarantine(self, object_dir: str) -> None:
@@ -111,16 +113,42 @@ class GitStore:
 
     @classmethod
     def create(cls, path: Path) -> GitStore:
-        """Create an empty repository on branch main (no commit yet)."""
+        """Open the repository at ``path``, creating it (on branch main, no commit yet) when
+        it is absent, or when an earlier create was interrupted before it wrote anything
+        worth keeping (no object, no ref). Call it with the directory locked."""
         path.mkdir(parents=True, exist_ok=True)
+        git_dir = path / ".git"
+        if git_dir.exists():
+            try:
+                if not (git_dir / "HEAD").is_file() or not (git_dir / "config").is_file():
+                    raise NotInitialized(f"{git_dir} is incomplete")  # git init writes them last
+                store = cls(path)
+            except NotInitialized:
+                if _holds_data(git_dir):
+                    raise NotInitialized(
+                        f"{git_dir} is not a usable git repository but holds objects or "
+                        "refs; move it aside or repair it with git, then run `gitstate "
+                        "init` again") from None
+                shutil.rmtree(git_dir)  # an interrupted create: nothing in it to lose
+            else:
+                store._exclude_projection()
+                return store
         Repo.init(str(path), default_branch=b"main").close()
         store = cls(path)
-        exclude = store.git_dir / "info" / "exclude"
-        exclude.parent.mkdir(exist_ok=True)
-        with exclude.open("a", encoding="utf-8") as f:
-            f.write("# gitstate: projections and temporary files, never committed\n"
-                    "/working_state_history.jsonl\n/.*.tmp\n")
+        store._exclude_projection()
         return store
+
+    def _exclude_projection(self) -> None:
+        exclude = self.git_dir / "info" / "exclude"
+        exclude.parent.mkdir(exist_ok=True)
+        lines = "/working_state_history.jsonl\n/.*.tmp\n"
+        try:
+            if lines in safefile.read_regular(exclude, 1 << 20).decode("utf-8", "replace"):
+                return
+        except FileNotFoundError:
+            pass
+        with exclude.open("a", encoding="utf-8") as f:
+            f.write("# gitstate: projections and temporary files, never committed\n" + lines)
 
     def close(self) -> None:
         self.repo.close()
@@ -159,6 +187,9 @@ class GitStore:
     def sweep_stale_locks(self) -> list[Path]:
         """Remove every dulwich ``*.lock`` and our temporary files (lock held)."""
         removed = []
+        for stale in self.git_dir.glob(INCOMING_PREFIX + "*"):  # a fetch that was killed
+            shutil.rmtree(stale, ignore_errors=True)
+            removed.append(stale)
         for path in [*self.git_dir.rglob("*.lock"), *self.git_dir.glob(".*.tmp"),
                      *self.path.glob(".*.tmp")]:
             if path.name == LOCK_FILE:
@@ -202,9 +233,33 @@ class GitStore:
         known = self._known.get(commit)
         if known is not None:
             return dict(known[1])
-        ids = {e.path.decode(): e.sha.decode() for e in self._tree(commit).iteritems()}
+        # a name that is not UTF-8 cannot be one of ours; ``tree_entries`` reports it
+        ids = {e.path.decode("utf-8", "replace"): e.sha.decode()
+               for e in self._tree(commit).iteritems()}
         self._remember(commit, tuple(p.decode() for p in self._commit(commit).parents), ids)
         return dict(ids)
+
+    def tree_entries(self, commit: str) -> list[tuple[bytes, int, str]]:
+        """The raw (name, mode, blob id) entries of ``commit``'s tree, for checking a
+        commit gitstate did not make."""
+        return [(e.path, e.mode, e.sha.decode()) for e in self._tree(commit).iteritems()]
+
+    def object_size(self, sha: str) -> int:
+        """The size of an object's content (a blob's byte count)."""
+        try:
+            _, data = self.repo.object_store.get_raw(ObjectID(sha.encode()))
+        except KeyError as exc:
+            raise StoreError(f"object {sha} is missing from the object store",
+                             rule="store.missing_object") from exc
+        return len(data)
+
+    def commit_times(self, commit: str) -> tuple[int, int]:
+        """(author time, committer time) of ``commit``."""
+        last = self.last_commit
+        if last is not None and last.id == commit:
+            return last.time, self._last_commit_time
+        obj = self._commit(commit)
+        return obj.author_time, obj.commit_time
 
     def parents(self, commit: str) -> tuple[str, ...]:
         known = self._known.get(commit)
@@ -324,6 +379,7 @@ class GitStore:
                        {e.path.decode(): e.sha.decode() for e in tree.iteritems()})
         self.last_commit = CommitInfo(new_id, (base,) if base else (), commit.author_time,
                                       message, identity.decode("utf-8", "replace"))
+        self._last_commit_time = when
         self.last_objects = [o.id.decode() for o in new_objects]
         return new_id
 
@@ -374,23 +430,119 @@ class GitStore:
         config.write_to_path()
 
     def _client(self, url: str) -> tuple[Any, str | bytes]:
-        """A dulwich client for ``url``. Like git: ``core.sshCommand`` from the repository's
-        config, overridden by ``GIT_SSH_COMMAND``, picks the ssh command for ssh:// URLs."""
+        """A dulwich client for ``url``, configured only by the ``http`` settings of git's
+        config files (the CA to trust, TLS verification, a proxy URL) — never by a setting
+        that names a program (``core.sshCommand``, ``core.gitProxy``): the ssh command comes
+        from ``GIT_SSH_COMMAND`` in the environment, else plain ``ssh``."""
         from dulwich.client import get_transport_and_path
+        from dulwich.config import ConfigDict
 
+        safe = ConfigDict()
+        stack = self.repo.get_config_stack()
+        for backend in reversed(stack.backends):  # lowest priority first: later ones win
+            for section in backend.sections():
+                if section and section[0].lower() == b"http":
+                    for name, value in backend.items(section):
+                        safe.set(section, name, value)
         extra: dict[str, Any] = {}
-        if url.startswith(("ssh://", "git+ssh://")) and os.environ.get("GIT_SSH_COMMAND"):
-            extra["ssh_command"] = os.environ["GIT_SSH_COMMAND"]
-        client, path = get_transport_and_path(url, config=self.repo.get_config_stack(),
-                                              **extra)
+        if url.startswith(("ssh://", "git+ssh://")):
+            extra["ssh_command"] = os.environ.get("GIT_SSH_COMMAND") or "ssh"
+        client, path = get_transport_and_path(url, config=safe, **extra)
         return client, path
 
-    def fetch(self, url: str) -> str | None:
-        """Fetch the remote's main into this object store; returns its id (None: empty)."""
-        client, path = self._client(url)
-        result = client.fetch(path.encode() if isinstance(path, str) else path, self.repo)
-        remote = result.refs.get(BRANCH)
-        return remote.decode() if remote else None
+    def fetch(self, url: str, check: Callable[[GitStore, str], None] | None = None
+              ) -> str | None:
+        """Fetch the remote's main; returns its id (None: the remote has no main).
+
+        The objects arrive in a quarantine (a temporary object directory that can read this
+        repository's objects, as git's receive-pack does): ``check(quarantined_store,
+        remote_id)`` sees them and raises to refuse, in which case none of them enters this
+        repository. Only once it returns are they moved into the object store.
+
+        A repository on this machine that git itself has packed with a reachability bitmap
+        can trip dulwich's reader (a pack it listed is gone by the time it reads the
+        bitmap); that case is fetched again with the git CLI, in its clean environment."""
+        with self._quarantine() as incoming:
+            client, path = self._client(url)
+            try:
+                result = client.fetch(path.encode() if isinstance(path, str) else path,
+                                      incoming.repo)
+                remote_ref = result.refs.get(BRANCH)
+                remote = remote_ref.decode() if remote_ref else None
+            except Exception:
+                if not _is_local(url) or gitcli.git_binary() is None:
+                    raise
+                remote = incoming._fetch_with_git(url)
+            if remote is not None:
+                if check is not None:
+                    check(incoming, remote)
+                self._take_objects(incoming)
+            return remote
+
+    @contextlib.contextmanager
+    def _quarantine(self) -> Iterator[GitStore]:
+        """A bare repository inside .git whose object store reads ours through alternates,
+        with our refs (so a fetch negotiates what we have); removed on the way out."""
+        path = self.git_dir / f"{INCOMING_PREFIX}{os.getpid()}-{os.urandom(4).hex()}"
+        Repo.init_bare(str(path), mkdir=True, default_branch=b"main").close()
+        (path / "objects" / "info").mkdir(parents=True, exist_ok=True)
+        (path / "objects" / "info" / "alternates").write_text(
+            str((self.git_dir / "objects").resolve()) + "\n", encoding="utf-8")
+        try:
+            incoming = GitStore(path)
+            incoming.repo.object_store.fsync_object_files = True
+            for name in (BRANCH.decode(), "refs/remotes/origin/main"):
+                current = self.ref(name)
+                if current is not None:
+                    incoming.repo.refs[Ref(name.encode())] = ObjectID(current.encode())
+            try:
+                yield incoming
+            finally:
+                incoming.close()
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def _take_objects(self, incoming: GitStore) -> None:
+        """Move a checked quarantine's packs and loose objects into the object store, each
+        file complete before its name appears (a pack before its index), then fsync."""
+        source = incoming.git_dir / "objects"
+        target = self.git_dir / "objects"
+        touched: set[str] = set()
+        pack_dir = source / "pack"
+        for pack in sorted(pack_dir.glob("pack-*.pack")) if pack_dir.is_dir() else []:
+            for suffix in (".pack", ".idx"):
+                src = pack.with_suffix(suffix)
+                dst = target / "pack" / src.name
+                if src.exists() and not dst.exists():
+                    _fsync_file(src)
+                    os.replace(src, dst)
+                    touched.add(str(dst.parent))
+        for fan_out in source.iterdir():
+            if len(fan_out.name) != 2 or not fan_out.is_dir():
+                continue
+            for obj in fan_out.iterdir():
+                dst = target / fan_out.name / obj.name
+                if not dst.exists():
+                    created = _created_dirs({str(dst.parent)})
+                    dst.parent.mkdir(exist_ok=True)
+                    _fsync_file(obj)
+                    os.replace(obj, dst)
+                    touched |= {str(dst.parent)} | created
+        self._fsync_dirs(touched)
+
+    def _fetch_with_git(self, url: str) -> str | None:
+        scratch = "refs/gitstate/fetched"
+        out = gitcli.run(self.path, ["fetch", "--no-tags", "--no-write-fetch-head", "-q",
+                                     "--", url, f"+{BRANCH.decode()}:{scratch}"], timeout=600)
+        if out.returncode != 0:
+            if "couldn't find remote ref" in out.stderr:
+                return None
+            raise StoreError(f"git fetch failed: {out.stderr.strip()[:300]}",
+                             rule="remote.unreachable")
+        fetched = self.ref(scratch)
+        with contextlib.suppress(Exception):
+            self.repo.refs.remove_if_equals(Ref(scratch.encode()), None)
+        return fetched
 
     def push(self, url: str, lease: str | None, new: str) -> bool:
         """Move the remote's main from ``lease`` to ``new``, only if it still is ``lease``
@@ -453,6 +605,11 @@ class GitStore:
         """Make the working tree, the index and the stamp equal ``commit``. ``contents``
         may hold file bytes the caller already has, to spare reading them back."""
         ids = self.file_ids(commit)
+        unknown = sorted(set(ids) - TREE_FILES.keys())
+        if unknown:  # never reached through the checks of foreign commits; kept as a wall
+            raise StoreError(f"commit {commit[:12]} holds files gitstate does not know "
+                             f"({', '.join(repr(n) for n in unknown[:5])}); nothing was "
+                             "checked out", rule="tree.unknown_name")
         entries = {}
         for name, blob_id in ids.items():
             target = self.path / name
@@ -484,9 +641,9 @@ class GitStore:
         from .model import STATE_FILE
 
         try:
-            stamp_commit, blob, schema_blob = (self.git_dir / STAMP_FILE).read_text(
-                "ascii").split()
-        except (FileNotFoundError, ValueError, UnicodeDecodeError):
+            stamp_commit, blob, schema_blob = safefile.read_regular(
+                self.git_dir / STAMP_FILE, 256).decode("ascii").split()
+        except (OSError, ValueError, UnicodeDecodeError):
             return False
         ids = self.file_ids(commit)
         if stamp_commit != commit or ids.get(STATE_FILE) != blob or \
@@ -547,17 +704,25 @@ class GitStore:
         are pruned once older than ``prune_hours``.
         """
         before = self.disk_usage()
-        git = shutil.which("git")
-        if git:  # git's repack stores deltas: 2-3x smaller packs than dulwich's
-            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.git_dir),
-                   "GIT_CONFIG_NOSYSTEM": "1"}
+        if gitcli.git_binary():  # git's repack stores deltas: 2-3x smaller packs than dulwich's
             for args in (["repack", "-d", "-q", "--no-write-bitmap-index"],
                          ["prune-packed", "-q"],
                          ["prune", f"--expire={int(prune_hours * 3600)}.seconds.ago"]):
-                subprocess.run([git, "-C", str(self.path), *args], env=env, check=True,
-                               capture_output=True, timeout=3600)
+                out = gitcli.run(self.path, args)
+                if out.returncode != 0:
+                    full = "No space left" in out.stderr
+                    raise StoreError(
+                        f"git {args[0]} failed: {out.stderr.strip()[:300]}"
+                        + ("; free some disk space and run `gitstate gc` again" if full
+                           else ""),
+                        rule="store.disk_full" if full else "gc.failed")
         else:
-            self.repo.object_store.pack_loose_objects()
+            try:
+                self.repo.object_store.pack_loose_objects()
+            except OSError as exc:
+                raise StoreError(f"packing failed ({exc.strerror or exc})",
+                                 rule="store.disk_full" if exc.errno == errno.ENOSPC
+                                 else "gc.failed") from exc
         after = self.disk_usage()
         return {"bytes_before": before, "bytes_after": after}
 
@@ -596,13 +761,38 @@ class GitStore:
 
 
 def _file_blob_id(path: Path) -> str | None:
+    """The blob id of a working-tree file; a symlink, FIFO, device, directory or oversized
+    file gets a marker that equals no blob id (so it counts as a hand edit, never read)."""
     try:
-        data = path.read_bytes()
+        data = safefile.read_regular(path, TREE_FILES.get(path.name, 1 << 20))
     except FileNotFoundError:
         return None
-    except IsADirectoryError:
-        return "directory"
+    except OSError:
+        return "not-a-regular-file"
     return git_blob_id(data)
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _is_local(url: str) -> bool:
+    """A repository on this machine: a path or a file:// URL."""
+    return url.startswith("file://") or ("://" not in url and not (
+        ":" in url.split("/", 1)[0] and not url.startswith("/")))
+
+
+def _holds_data(git_dir: Path) -> bool:
+    """Whether a (possibly broken) git directory holds any object or ref file."""
+    for sub in ("objects", "refs"):
+        for _root, _dirs, files in os.walk(git_dir / sub):
+            if files:
+                return True
+    return (git_dir / "packed-refs").exists()
 
 
 def _created_dirs(dirs: set[str]) -> set[str]:

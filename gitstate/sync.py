@@ -14,7 +14,6 @@ git hosting is the distributed engine; gitstate adds the rules:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -22,12 +21,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import rules
-from .errors import GitStateError, InvalidInput, Refused, StoreError, UsageError
+from . import foreign
+from .errors import GitStateError, Refused, StoreError, UsageError
 from .model import EMPTY, STATE_FILE, State, format_time
-from .render import section_key_bytes
 from .replay import ReplayError, apply_change
-from .schema import SCHEMA_FILE, parse_schema
+from .schema import SCHEMA_FILE
 from .trailers import NotAGitstateCommit, parse_message
 
 if TYPE_CHECKING:
@@ -93,11 +91,17 @@ def push(repo: StateRepo) -> SyncResult:
                 result.pushed += sum(1 for _ in repo.store.walk(local, lease))
                 result.head = result.remote = local
                 return result
-            remote = _network("fetch", repo.store.fetch, url)
-            if lease and remote and not repo.store.is_ancestor(lease, remote):
-                raise StoreError(f"the remote's main ({remote[:12]}) does not descend from the "
-                                 f"commit last seen there ({lease[:12]}): it was rewritten. "
-                                 "Nothing was pushed.", rule="remote.rewritten", remote=remote)
+            def check(incoming: GitStore, remote: str, lease: str | None = lease) -> None:
+                if lease and not incoming.is_ancestor(lease, remote):
+                    raise StoreError(f"the remote's main ({remote[:12]}) does not descend from "
+                                     f"the commit last seen there ({lease[:12]}): it was "
+                                     "rewritten. Nothing was pushed.", rule="remote.rewritten",
+                                     remote=remote)
+                # the remote's new commits become the base of ours: checked like a pull
+                _refuse_foreign(foreign.check_range(incoming, lease, remote, repo.config),
+                                "the remote's new commits")
+
+            remote = _network("fetch", repo.store.fetch, url, check)
             rebased, refused, kept = _rebase(repo, lease, remote, local)
             result.rebased += rebased
             result.refused += refused
@@ -132,8 +136,12 @@ def _rebase(repo: StateRepo, lease: str | None, remote: str | None,
             files: dict[str, bytes | None] = {STATE_FILE: new_state.to_bytes()}
             if change.op == "schema":
                 files[SCHEMA_FILE] = repo.store.read_file(info.id, SCHEMA_FILE)
-            _check_limits(repo, base, new_state, datetime.fromtimestamp(info.time, UTC),
-                          touched, files.get(SCHEMA_FILE))
+            when = max(info.time, repo.store.commit_times(base)[1]) if base else info.time
+            candidate = repo.store.make_commit(base, files, info.message,
+                                               info.author.encode(), when, 0, author_time=when)
+            problems = foreign.check_range(repo.store, base, candidate, repo.config)
+            if problems:  # the same checks as any write, on the remote's state
+                raise Refused(foreign.summary(problems), rule=problems[0].rule)
         except (GitStateError, NotAGitstateCommit, ReplayError) as exc:
             refused.append({
                 "commit": info.id, "reason": info.message.decode("utf-8", "replace")
@@ -142,9 +150,7 @@ def _rebase(repo: StateRepo, lease: str | None, remote: str | None,
                 "local": {k: _entry(after, k) for k in touched},
                 "remote": {k: _entry(state, k) for k in touched}})
             continue
-        base = repo.store.make_commit(base, files, info.message,
-                                      info.author.encode(), info.time, 0,
-                                      author_time=info.time)
+        base = candidate
         state = new_state
         applied += 1
     kept = None
@@ -164,37 +170,30 @@ def _entry(state: State, key: str) -> dict[str, Any] | None:
     return entry.to_dict() if entry else None
 
 
-def _check_limits(repo: StateRepo, base: str | None, state: State, now: datetime,
-                  touched: list[str], schema_text: bytes | None) -> None:
-    """The rules a commit must still satisfy on the remote's state."""
-    live = state.live(now)
-    if len(live) > repo.config.max_keys:
-        raise Refused(f"{len(live)} live keys exceed the cap of {repo.config.max_keys}",
-                      rule="keys.cap")
-    size = section_key_bytes(state, now)
-    if size > repo.config.section_max_bytes:
-        raise Refused(f"the key lines would take {size} bytes", rule="section.max_bytes")
-    schema = parse_schema(schema_text.decode()) if schema_text else (
-        repo.schema_at(base) if base else None)
-    for key in touched:
-        entry = state.keys.get(key)
-        if entry is not None:
-            rules.check_key(key)
-            rules.check_value(entry.value)
-            if schema is not None:
-                schema.check_write(key, entry.value, "runtime")
+def _refuse_foreign(problems: list[foreign.Problem], what: str) -> None:
+    if problems:
+        raise Refused(f"{what} do not pass the checks every write passes, so nothing of them "
+                      f"was used: {foreign.summary(problems)}", rule="remote.invalid",
+                      problems=[p.to_dict() for p in problems])
 
 
 def before_remote_first_write(repo: StateRepo) -> None:
     """remote-first mode, lock held: fetch and fast-forward so the write bases on the remote."""
     url = _url(repo)
-    remote = _network("fetch", repo.store.fetch, url)
     local, lease = repo.head(), repo.store.ref(REMOTE_REF)
+
+    def check(incoming: GitStore, remote: str) -> None:
+        if remote == local:
+            return
+        if not incoming.is_ancestor(local, remote):
+            raise Refused("remote-first mode needs local main to be published first: run "
+                          "`gitstate push` (local and remote differ)", rule="remote.diverged")
+        _refuse_foreign(foreign.check_range(incoming, local, remote, repo.config),
+                        "the remote's new commits")
+
+    remote = _network("fetch", repo.store.fetch, url, check)
     if remote is None or remote == local:
         return
-    if not repo.store.is_ancestor(local, remote):
-        raise Refused("remote-first mode needs local main to be published first: run "
-                      "`gitstate push` (local and remote differ)", rule="remote.diverged")
     repo.store.move_ref(BRANCH, local, remote)
     repo.store.move_ref(REMOTE_REF, lease, remote)
     _refresh(repo, remote)
@@ -228,8 +227,26 @@ def pull(repo: StateRepo) -> SyncResult:
     url = _url(repo)
     with repo._mutex, repo.store.lock():
         local = repo.head()
-        remote = _network("fetch", repo.store.fetch, url)
         lease = repo.store.ref(REMOTE_REF)
+
+        def check(incoming: GitStore, remote: str) -> None:
+            """Runs on the quarantined objects: a refusal leaves none of them behind."""
+            if remote == local or incoming.is_ancestor(remote, local):
+                return  # nothing new would be used
+            if not incoming.is_ancestor(local, remote):
+                rewritten = lease is not None and not incoming.is_ancestor(lease, remote)
+                raise Refused(
+                    f"local main {local[:12]} and the remote's {remote[:12]} have diverged"
+                    + (" (the remote was rewritten)" if rewritten else "")
+                    + ": nothing was merged. Push first (it re-applies local changes), or "
+                    "inspect the remote with `git log` in a plain clone of it.",
+                    rule="remote.rewritten" if rewritten else "remote.diverged",
+                    local=local, remote=remote)
+            # fast-forward: every remote commit is checked before it becomes HEAD
+            _refuse_foreign(foreign.check_range(incoming, local, remote, repo.config),
+                            "the remote's new commits")
+
+        remote = _network("fetch", repo.store.fetch, url, check)
         result = SyncResult("up-to-date", local, remote)
         if remote is None or remote == local:
             if remote:
@@ -239,21 +256,7 @@ def pull(repo: StateRepo) -> SyncResult:
             repo.store.move_ref(REMOTE_REF, lease, remote)
             result.action = "ahead"
             return result
-        if not repo.store.is_ancestor(local, remote):
-            rewritten = lease is not None and not repo.store.is_ancestor(lease, remote)
-            raise Refused(
-                f"local main {local[:12]} and the remote's {remote[:12]} have diverged"
-                + (" (the remote was rewritten)" if rewritten else "")
-                + ": nothing was merged. Push first (it re-applies local changes), or "
-                "inspect with `git log main..origin/main`.",
-                rule="remote.rewritten" if rewritten else "remote.diverged",
-                local=local, remote=remote)
         # fast-forward: every remote commit is replayed-checked before it becomes HEAD
-        problems = check_range(repo.store, local, remote, repo.config.max_keys,
-                               repo.config.section_max_bytes)
-        if problems:
-            raise Refused("the remote's new commits do not pass the checks: "
-                          + "; ".join(problems[:5]), rule="remote.invalid", problems=problems)
         if not repo.store.move_ref(BRANCH, local, remote):
             raise StoreError("main moved during the pull", rule="store.contention")
         repo.store.move_ref(REMOTE_REF, lease, remote)
@@ -295,7 +298,15 @@ def clone(url: str, agent_dir: Path) -> StateRepo:
     try:
         install(store.git_dir)
         store.set_remote_url(url)
-        remote = _network("clone", store.fetch, url)
+        from .config import load_config
+
+        config = load_config(agent_dir)
+
+        def check(incoming: GitStore, remote: str) -> None:
+            _refuse_foreign(foreign.check_range(incoming, None, remote, config),
+                            "the remote's commits")
+
+        remote = _network("clone", store.fetch, url, check)
         if remote is None:
             raise Refused(f"{url} has no main branch to clone", rule="remote.empty")
         store.move_ref(BRANCH, None, remote)
@@ -314,59 +325,6 @@ def clone(url: str, agent_dir: Path) -> StateRepo:
 
 # -- server side --------------------------------------------------------------------------
 
-def check_range(store: GitStore, old: str | None, new: str, max_keys: int = 32,
-                section_max_bytes: int = 3072) -> list[str]:
-    """Problems with the commits after ``old`` up to ``new`` (empty: they may land)."""
-    problems: list[str] = []
-    if old and not store.is_ancestor(old, new):
-        return [f"{new[:12]} does not descend from {old[:12]}: non-fast-forward updates "
-                "(rewritten history) are refused"]
-    commits = list(store.walk(new, old))
-    commits.reverse()
-    state = _state(store, old) if old else EMPTY
-    for info in commits:
-        name = info.id[:12]
-        try:
-            change = parse_message(info.message)
-        except NotAGitstateCommit:
-            problems.append(f"{name}: no gitstate trailers (made outside gitstate)")
-            continue
-        if not change.reason.strip():
-            problems.append(f"{name}: no reason")
-        try:
-            state = apply_change(state, change, info.time)
-        except (ReplayError, KeyError, TypeError) as exc:
-            problems.append(f"{name}: trailers do not replay ({exc})")
-            continue
-        committed = store.read_file(info.id, STATE_FILE) or b""
-        if state.to_bytes() != committed:
-            problems.append(f"{name}: working_state.json differs from what its trailers say")
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                state = State.from_bytes(committed)
-        now = datetime.fromtimestamp(info.time, UTC)
-        live = state.live(now)
-        if len(live) > max_keys:
-            problems.append(f"{name}: {len(live)} live keys exceed the cap of {max_keys}")
-        size = section_key_bytes(state, now)
-        if size > section_max_bytes:
-            problems.append(f"{name}: key lines of {size} bytes exceed {section_max_bytes}")
-        schema_text = store.read_file(info.id, SCHEMA_FILE)
-        for key, entry in state.keys.items():
-            try:
-                rules.check_key(key)
-                rules.check_value(entry.value)
-                if schema_text and change.key == key:
-                    parse_schema(schema_text.decode()).check_write(key, entry.value, "runtime")
-            except (InvalidInput, UnicodeDecodeError) as exc:
-                problems.append(f"{name}: {key}: {getattr(exc, 'message', exc)}")
-    return problems
-
-
-def _state(store: GitStore, commit: str) -> State:
-    data = store.read_file(commit, STATE_FILE)
-    return State.from_bytes(data) if data else EMPTY
-
-
 def verify_push(git_dir: Path, old: str, new: str, ref: str) -> list[str]:
     """What a pre-receive hook runs for one ref update in a (bare) server repository."""
     from .store import ZERO, GitStore
@@ -381,7 +339,7 @@ def verify_push(git_dir: Path, old: str, new: str, ref: str) -> list[str]:
     if quarantine:
         store.use_quarantine(quarantine)
     try:
-        return check_range(store, None if old == zero else old, new)
+        return [str(p) for p in foreign.check_range(store, None if old == zero else old, new)]
     finally:
         store.close()
 

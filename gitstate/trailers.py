@@ -43,6 +43,7 @@ class Change:
     observation: str | None = None
     schema_version: int | None = None
     adopt: dict[str, Any] | None = None
+    clock: str | None = None  # the writer's own clock, when the commit time had to be later
     extra: tuple[tuple[str, str], ...] = ()
 
     def trailers(self) -> list[tuple[str, str]]:
@@ -65,6 +66,8 @@ class Change:
             out.append(("Observation", self.observation))
         if self.schema_version is not None:
             out.append(("Schema-Version", str(self.schema_version)))
+        if self.clock:
+            out.append(("Clock", self.clock))
         out.extend(self.extra)
         out.append(("Version", VERSION))
         return out
@@ -113,12 +116,13 @@ def parse_message(message: bytes) -> Change:
             request=json.loads(fields["Request"]) if "Request" in fields else None,
             adopt=json.loads(fields["Adopt"]) if "Adopt" in fields else None,
             observation=fields.get("Observation"),
+            clock=fields.get("Clock"),
             schema_version=int(fields["Schema-Version"]) if "Schema-Version" in fields else None,
             extra=tuple(extra),
         )
-    except (json.JSONDecodeError, ValueError) as exc:
+    except (json.JSONDecodeError, ValueError, RecursionError) as exc:
         raise NotAGitstateCommit(f"malformed trailer value: {exc}") from exc
 
 
 _KNOWN = {"Op", "Key", "Old", "New", "Expires", "Handoff", "Actor", "Reverts", "Request",
-          "Adopt", "Observation", "Schema-Version", "Version"}
+          "Adopt", "Observation", "Schema-Version", "Clock", "Version"}

@@ -73,6 +73,7 @@ def test_corpus_python_api(tmp_path: Path, case: dict[str, Any]) -> None:
             with pytest.raises(GitStateError) as err:
                 _api(repo, case)
             assert err.value.rule and err.value.message
+            assert err.value.rule == case.get("rule", err.value.rule)
             assert (repo.head(), (repo.state_dir / STATE_FILE).read_bytes()) == before
         else:
             _api(repo, case)

@@ -141,12 +141,12 @@ async def test_bad_arguments_and_unexpected_failures_keep_the_server_up(agent: P
                      {"key": "k", "value": 1, "reason": "r", "ttl_hours": -1}):
             result = await client.call_tool("working_state_set", args)
             assert result.is_error, args
-        projection = agent / "state" / "working_state_history.jsonl"
-        projection.unlink()
-        projection.mkdir()  # reading the history now fails in an unexpected way
+        ref = agent / "state" / ".git" / "refs" / "heads" / "main"
+        head = ref.read_bytes()
+        ref.write_bytes(b"ref: refs/heads/main\n")  # a symref loop: fails as no rule names
         err, out, text = await _call(client, "working_state_get")
         assert err and out["error"] == "internal" and "Traceback" not in text
-        projection.rmdir()
+        ref.write_bytes(head)
         err, out, _ = await _call(client, "working_state_get")
         assert not err
 

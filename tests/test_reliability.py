@@ -137,16 +137,18 @@ def test_read_only_directory_reads_work_writes_refuse(tmp_path: Path, clock: Clo
 
 
 def test_clock_jumping_backwards(repo: StateRepo, clock: Clock) -> None:
-    """A clock that jumps back still commits in order; --at and expiry stay coherent."""
+    """A clock that jumps back still commits in order (dated at the parent's time, never
+    before it); --at and expiry stay coherent."""
     repo.set("k", 1, "at 01:04", ttl_hours=1)
     clock.advance(hours=-3)
     repo.set("k", 2, "clock went back three hours", ttl_hours=1)
     assert repo.state().keys["k"].value == 2
+    assert repo.state().keys["k"].set_at == "2026-08-13T01:04:00Z"
     assert [r["new"] for r in audit.log(repo, key="k")] == [2, 1]
     assert all(c.ok for c in audit.verify(repo))
     assert "k = 2" in repo.render(locale="en")
-    clock.advance(hours=1, minutes=1)
-    assert repo.render(locale="en") == ""  # expired one hour after it was set
+    clock.advance(hours=4, minutes=1)  # 02:05: one hour after the time it was set
+    assert repo.render(locale="en") == ""
 
 
 def test_load_eight_processes(agent_dir: Path) -> None:

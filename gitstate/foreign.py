@@ -1,0 +1,289 @@
+"""Commits gitstate did not make here: the one check they pass before any of them is used.
+
+A commit that arrives by pull, clone, a remote-first write, the re-application of a push, or
+a server's pre-receive hook — or one made with plain git — is checked exactly like a local
+write (docs/security.md): the commit is not a merge and is dated no earlier than its parent
+and not in the future; its tree holds only the known names (``layout.TREE_FILES``) as
+regular blobs within their bounds; its message has a reason and gitstate trailers that pass
+the input rules (key, value, reason, actor, TTL cap, handoff rules, confusable keys); and
+replaying the trailers reproduces the committed working_state.json, which then keeps every
+whole-state limit (live-key and stored-key caps, the section's size).
+
+:func:`check_range` returns the problems, each with the rule that refused it; an empty list
+means the commits may land. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from . import rules
+from .config import Config
+from .errors import GitStateError, InvalidInput
+from .layout import FILE_MODE, REQUIRED, SCHEMA_FILE, STATE_FILE, TREE_FILES
+from .model import EMPTY, State, parse_time
+from .render import section_key_bytes
+from .replay import ReplayError, apply_change
+from .trailers import Change, NotAGitstateCommit, parse_message
+
+if TYPE_CHECKING:
+    from .store import GitStore
+
+FUTURE_SKEW_SECONDS = 300  # a commit dated later than this past the checker's clock
+TTL_SLACK_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why one commit may not land."""
+
+    commit: str
+    rule: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.commit[:12]}: [{self.rule}] {self.message}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"commit": self.commit, "rule": self.rule, "message": self.message}
+
+
+class _Refusal(Exception):
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(message)
+        self.rule, self.message = rule, message
+
+
+def check_range(store: GitStore, old: str | None, new: str, config: Config | None = None,
+                now: float | None = None) -> list[Problem]:
+    """Problems with the commits after ``old`` (None: from the root) up to ``new``."""
+    config = config or Config()
+    now = time.time() if now is None else now
+    if old == new:
+        return []
+    chain: list[str] = []
+    current: str | None = new
+    try:
+        while current is not None and current != old:
+            chain.append(current)
+            parents = store.parents(current)
+            if len(parents) > 1:
+                return [Problem(current, "commit.merge", "a merge commit: gitstate histories "
+                                "are linear, and a second parent would hide its commits from "
+                                "the first-parent audit trail")]
+            current = parents[0] if parents else None
+    except GitStateError as exc:
+        return [Problem(current or new, exc.rule, exc.message)]
+    if current != old:
+        return [Problem(new, "history.not_descendant",
+                        f"{new[:12]} does not descend from {(old or '')[:12]}: non-fast-forward "
+                        "updates (rewritten history) are refused")]
+    chain.reverse()
+    try:
+        state = _committed_state(store, old) if old else EMPTY
+        previous_time = store.commit_times(old)[1] if old else None
+    except GitStateError as exc:
+        return [Problem(old or new, exc.rule, exc.message)]
+    problems: list[Problem] = []
+    for commit in chain:
+        try:
+            state, previous_time = _check_commit(store, commit, state, previous_time,
+                                                 config, now)
+        except _Refusal as exc:
+            problems.append(Problem(commit, exc.rule, exc.message))
+            break  # later commits build on a state that is not trusted
+        except GitStateError as exc:
+            problems.append(Problem(commit, exc.rule, exc.message))
+            break
+    return problems
+
+
+def _committed_state(store: GitStore, commit: str) -> State:
+    data = store.read_file(commit, STATE_FILE)
+    if data is None:
+        return EMPTY
+    try:
+        return State.from_bytes(data)
+    except ValueError as exc:
+        raise _Refusal("state.invalid", f"{STATE_FILE} is not a valid state: {exc}") from exc
+
+
+def _check_commit(store: GitStore, commit: str, before: State, previous_time: int | None,
+                  config: Config, now: float) -> tuple[State, int]:
+    author_time, commit_time = store.commit_times(commit)
+    if previous_time is not None and commit_time < previous_time:
+        raise _Refusal("time.backwards", "dated before its parent: commit times on main "
+                       "never go back, so that --at always names one state")
+    if max(commit_time, author_time) > now + FUTURE_SKEW_SECONDS:
+        raise _Refusal("time.future", "dated "
+                       f"{datetime.fromtimestamp(max(commit_time, author_time), UTC):%Y-%m-%d} "
+                       "— in the future of this machine's clock")
+    ids = _check_tree(store, commit)
+    info = store.commit_info(commit)
+    try:
+        info.message.decode("utf-8")
+        change = parse_message(info.message)
+    except UnicodeDecodeError as exc:
+        raise _Refusal("commit.encoding", "the commit message is not UTF-8") from exc
+    except NotAGitstateCommit as exc:
+        raise _Refusal("commit.no_trailers", f"no gitstate trailers (made outside gitstate: "
+                       f"{exc})") from exc
+    try:
+        _check_change(change, before, commit_time, config)
+        after = apply_change(before, change, commit_time)
+    except InvalidInput as exc:
+        raise _Refusal(exc.rule, exc.message) from exc
+    except (ReplayError, KeyError, TypeError, ValueError) as exc:
+        raise _Refusal("replay.invalid", f"the trailers do not replay ({exc})") from exc
+    data = after.to_bytes()
+    if hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() != ids[STATE_FILE]:
+        raise _Refusal("replay.mismatch", f"{STATE_FILE} differs from what the trailers say "
+                       "(the state was changed without an audited operation)")
+    if SCHEMA_FILE in ids:
+        _check_schema(store, commit, change, before, after)
+    _check_whole(before, after, datetime.fromtimestamp(commit_time, UTC), config)
+    return after, commit_time
+
+
+def _check_tree(store: GitStore, commit: str) -> dict[str, str]:
+    ids: dict[str, str] = {}
+    for raw_name, mode, sha in store.tree_entries(commit):
+        name = raw_name.decode("utf-8", "replace")
+        if name not in TREE_FILES:
+            raise _Refusal("tree.unknown_name", f"the tree holds {name!r}, which is not a "
+                           f"gitstate file (only {', '.join(sorted(TREE_FILES))})")
+        if mode != FILE_MODE:
+            raise _Refusal("tree.mode", f"{name} has mode {mode:o}: only regular files "
+                           f"({FILE_MODE:o}) are accepted, never symlinks, trees or submodules")
+        size = store.object_size(sha)
+        if size > TREE_FILES[name]:
+            raise _Refusal("tree.too_large", f"{name} is {size} bytes; the limit is "
+                           f"{TREE_FILES[name]}")
+        ids[name] = sha
+    for name in REQUIRED:
+        if name not in ids:
+            raise _Refusal("tree.missing", f"the tree has no {name}")
+    return ids
+
+
+def _check_change(change: Change, before: State, commit_time: int, config: Config) -> None:
+    """The input rules a local write applies, on what the trailers say."""
+    rules.check_reason(change.reason)
+    if change.reason != change.reason.strip():
+        raise InvalidInput("the reason has leading or trailing blank space",
+                           rule="reason.not_trimmed")
+    rules.check_actor(change.actor)
+    if change.clock is not None:
+        _time(change.clock, "Gitstate-Clock")
+    op = change.op
+    if op in ("set", "clear"):
+        key = rules.check_key(change.key)
+        if op == "clear" and key not in before.keys:
+            raise InvalidInput(f"clear of {key!r}, which is not set", rule="clear.absent")
+        if op == "set":
+            rules.check_value(change.new)
+            _check_expiry(change.expires_at, commit_time)
+            if key not in before.keys:
+                rules.check_twin(key, before.keys)
+    elif op == "handoff" and change.handoff is not None:
+        _check_handoff(change.handoff, config)
+    elif op in ("adopt", "observe"):
+        _check_adopt(change.adopt, before, commit_time, config)
+
+
+def _check_adopt(adopt: dict[str, Any] | None, before: State, commit_time: int,
+                 config: Config) -> None:
+    data = adopt or {}
+    keys = data.get("keys", {})
+    if not isinstance(keys, dict):
+        raise InvalidInput("Gitstate-Adopt keys must be an object", rule="trailer.adopt")
+    seen = set(before.keys)
+    for key, spec in keys.items():
+        rules.check_key(key)
+        if spec is None:
+            continue
+        if not isinstance(spec, dict) or "value" not in spec:
+            raise InvalidInput(f"Gitstate-Adopt entry for {key!r} has no value",
+                               rule="trailer.adopt")
+        rules.check_value(spec["value"])
+        _check_expiry(spec.get("expires_at"), commit_time)
+        if key not in seen:
+            rules.check_twin(key, seen)
+            seen.add(key)
+    handoff = data.get("handoff")
+    if handoff:
+        if not isinstance(handoff, dict):
+            raise InvalidInput("Gitstate-Adopt handoff must be an object", rule="trailer.adopt")
+        _check_handoff(handoff, config)
+
+
+def _check_handoff(fields: dict[str, Any], config: Config) -> None:
+    note = fields.get("note")
+    checked = rules.check_handoff(
+        note, fields.get("status"), fields.get("next_steps"), fields.get("evidence"),
+        fields.get("blocker"), plain_max_chars=config.handoff_plain_max_chars,
+        max_bytes=config.handoff_max_bytes)
+    if checked.status is None and checked.note != note:
+        raise InvalidInput("a plain handoff note must be stored collapsed to one line and cut "
+                           f"at {config.handoff_plain_max_chars} characters, as gitstate "
+                           "stores it", rule="handoff.not_normalized")
+
+
+def _time(text: object, what: str) -> datetime:
+    if not isinstance(text, str):
+        raise InvalidInput(f"{what} is not a time", rule="trailer.time")
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        raise InvalidInput(f"{what} {text[:40]!r} is not an ISO 8601 time",
+                           rule="trailer.time") from exc
+
+
+def _check_expiry(expires: object, commit_time: int) -> None:
+    if expires is None:
+        return
+    moment = _time(expires, "Gitstate-Expires").timestamp()
+    if moment < commit_time:
+        raise InvalidInput("the expiry is before the commit", rule="ttl.range")
+    if moment - commit_time > rules.TTL_MAX_HOURS * 3600 + TTL_SLACK_SECONDS:
+        raise InvalidInput(f"the expiry is more than {rules.TTL_MAX_HOURS} hours (366 days) "
+                           "after the commit", rule="ttl.range")
+
+
+def _check_schema(store: GitStore, commit: str, change: Change, before: State,
+                  after: State) -> None:
+    from .schema import parse_schema
+
+    text = store.read_file(commit, SCHEMA_FILE) or b""
+    try:
+        schema = parse_schema(text.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise _Refusal("schema.encoding", "schema.yaml is not UTF-8") from exc
+    for key in sorted(before.keys.keys() | after.keys.keys()):
+        entry = after.keys.get(key)
+        if entry is not None and entry != before.keys.get(key):
+            schema.check_write(key, entry.value, "runtime")
+
+
+def _check_whole(before: State, after: State, moment: datetime, config: Config) -> None:
+    """The whole-state limits; a limit already broken before (a config lowered since) only
+    refuses a commit that makes it worse."""
+    stored = len(after.keys)
+    if stored > config.max_stored_keys and stored > len(before.keys):
+        raise _Refusal("keys.stored_cap", f"{stored} stored keys exceed the limit of "
+                       f"{config.max_stored_keys} (expired ones included)")
+    live, live_before = len(after.live(moment)), len(before.live(moment))
+    if live > config.max_keys and live > live_before:
+        raise _Refusal("keys.cap", f"{live} live keys exceed the cap of {config.max_keys}")
+    size = section_key_bytes(after, moment)
+    if size > config.section_max_bytes and size > section_key_bytes(before, moment):
+        raise _Refusal("section.max_bytes", f"the key lines take {size} bytes; the limit is "
+                       f"{config.section_max_bytes}")
+
+
+def summary(problems: list[Problem], limit: int = 5) -> str:
+    return "; ".join(str(p) for p in problems[:limit])
