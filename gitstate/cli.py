@@ -7,6 +7,7 @@ There is one ``except GitStateError``, in :func:`main`.
 
 from __future__ import annotations
 
+import errno
 import re
 import sys
 from collections.abc import Callable
@@ -365,6 +366,12 @@ def main(argv: list[str] | None = None) -> int:
                    if exc.exit_code == 1 else f"gitstate: error [{exc.rule}]: {message}",
                    err=True)
         return exc.exit_code
+    except OSError as exc:  # the last net: a file-system failure no rule anticipated
+        full = exc.errno == errno.ENOSPC
+        click.echo(f"gitstate: error [{'store.disk_full' if full else 'store.io'}]: "
+                   f"{textsafe.visible(str(exc))}"
+                   + ("; free some disk space and try again" if full else ""), err=True)
+        return 3
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         return 130

@@ -140,6 +140,9 @@ def _check_commit(store: GitStore, commit: str, before: State, previous_time: in
     except (ReplayError, KeyError, TypeError, ValueError) as exc:
         raise _Refusal("replay.invalid", f"the trailers do not replay ({exc})") from exc
     data = after.to_bytes()
+    if len(data) > TREE_FILES[STATE_FILE]:
+        raise _Refusal("tree.too_large", f"{STATE_FILE} would be {len(data)} bytes; the limit "
+                       f"is {TREE_FILES[STATE_FILE]}")
     if hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() != ids[STATE_FILE]:
         raise _Refusal("replay.mismatch", f"{STATE_FILE} differs from what the trailers say "
                        "(the state was changed without an audited operation)")
@@ -159,7 +162,9 @@ def _check_tree(store: GitStore, commit: str) -> dict[str, str]:
         if mode != FILE_MODE:
             raise _Refusal("tree.mode", f"{name} has mode {mode:o}: only regular files "
                            f"({FILE_MODE:o}) are accepted, never symlinks, trees or submodules")
-        size = store.object_size(sha)
+        # working_state.json is never read: its id must equal that of the replayed bytes
+        # (checked below), which bounds it; only the other files are measured
+        size = 0 if name == STATE_FILE else store.object_size(sha)
         if size > TREE_FILES[name]:
             raise _Refusal("tree.too_large", f"{name} is {size} bytes; the limit is "
                            f"{TREE_FILES[name]}")

@@ -362,7 +362,13 @@ class StateRepo:
     def rebuild_history(self) -> int:
         """Rewrite the projection from git alone (also accepts a rewritten branch)."""
         with self._mutex, self.store.lock():
-            return self.projection.rebuild(self.store, self.head())
+            try:
+                return self.projection.rebuild(self.store, self.head())
+            except OSError as exc:  # the old projection is still in place: nothing was lost
+                raise StoreError(f"the history could not be rebuilt ({exc.strerror or exc}); "
+                                 "the previous file was left as it was",
+                                 rule="store.disk_full" if exc.errno == errno.ENOSPC
+                                 else "store.io") from exc
 
     def get(self, now: datetime | None = None, history: int = HISTORY_IN_GET,
             commit: str | None = None) -> dict[str, Any]:

@@ -332,3 +332,58 @@ def test_state_model_refuses_shapes_it_does_not_know() -> None:
     for data in BAD_STATES.values():
         with pytest.raises(ValueError):
             State.from_bytes(data)
+
+
+# -- full disks and packed remotes --------------------------------------------------------
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_full_disk_during_rebuild_and_gc_is_a_clear_error(tmp_path: Path) -> None:
+    """history --rebuild and gc on a full disk: a named error (exit 3), nothing lost."""
+    from tests.test_reliability import _tmpfs
+
+    mnt = tmp_path / "small"
+    with _tmpfs(mnt, "2m"):
+        agent = mnt / "agent"
+        with StateRepo.init(agent) as repo:
+            for i in range(30):
+                repo.set("k", i, "fill " + "x" * 300)
+        before = (agent / "state" / "working_state_history.jsonl").read_bytes()
+        filler = mnt / "filler"
+        with filler.open("wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+            except OSError:
+                pass
+        for args in (("history", "--rebuild"), ("gc",)):
+            out = _cli(*args, agent=agent)
+            _no_traceback(out)
+            assert out.returncode == 3, (args, out.stderr)
+            assert "disk" in out.stderr or "space" in out.stderr, out.stderr
+        assert (agent / "state" / "working_state_history.jsonl").read_bytes() == before
+        filler.unlink()
+        with StateRepo(agent) as repo:
+            assert repo.state().keys["k"].value == 29
+            assert all(c.ok for c in audit.verify(repo))
+
+
+def test_a_remote_packed_with_a_bitmap_still_pulls(tmp_path: Path) -> None:
+    """After git gc (which writes a reachability bitmap) in a path remote, a long-lived
+    process keeps pulling (dulwich trips; the git CLI fetches instead)."""
+    from gitstate.sync import clone, pull, push
+
+    bare = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    with StateRepo.init(tmp_path / "a") as a:
+        a.store.set_remote_url(str(bare))
+        a.set("k", 0, "start")
+        push(a)
+        with clone(str(bare), tmp_path / "b") as b:
+            for i in range(1, 4):
+                a.set("k", i, f"round {i}")
+                push(a)
+                assert pull(b).action == "fast-forward"
+                assert b.state().keys["k"].value == i
+                subprocess.run(["git", "-C", str(bare), "gc", "-q"], check=True)
+                assert list((bare / "objects" / "pack").glob("*.bitmap"))
+            assert all(c.ok for c in audit.verify(b))

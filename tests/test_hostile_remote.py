@@ -71,8 +71,9 @@ ATTACKS: dict[str, tuple[Attack, str]] = {
         b"schema.yaml": (0o120000, b"/etc/passwd")}), "tree.mode"),
     "oversized-schema": (lambda f, t: f.commit(_set("k", 1), extra={
         b"schema.yaml": (MODE, b"#" * ((64 << 10) + 1))}), "tree.too_large"),
-    "oversized-state": (lambda f, t: f.commit(_set("k", 1), state=b" " * ((8 << 20) + 1)),
-                        "tree.too_large"),
+    # a huge state blob is never even read: its id is not that of the replayed state
+    "oversized-state": (lambda f, t: f.commit(_set("k", 1), state=b" " * ((64 << 20) + 1)),
+                        "replay.mismatch"),
     "no-trailers": (lambda f, t: f.commit(message=b"tweak\n", state=f.state().with_key(
         "stop_loss.2317", Entry(100, "2026-08-13T01:00:00Z", "tweak", "x"))),
         "commit.no_trailers"),
