@@ -17,12 +17,13 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from mcp.server import MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
+from . import textsafe
 from .errors import GitStateError
 from .repo import UNSET, StateRepo
 
@@ -81,35 +82,74 @@ class HandoffOut(BaseModel):
     blocker: str | None = None
 
 
-class WriteOut(BaseModel):
-    ok: bool = True
-    op: str
-    commit: str = Field(description="The git commit that recorded this change.")
+def _one_of(success: list[str]) -> dict[str, Any]:
+    """Both shapes of a result in one object schema (see docs/mcp.md, "Refusals"): a client
+    that reads only ``properties`` sees every field; a validating one (the TypeScript SDK,
+    MCP Inspector) checks each shape exactly, told apart by ``ok``."""
+    return {"oneOf": [
+        {"properties": {"ok": {"const": True}}, "required": ["ok", *success]},
+        {"properties": {"ok": {"const": False}}, "required": ["ok", "error", "message"]},
+    ]}
+
+
+class Refusal(BaseModel):
+    """The fields of a refusal (``ok`` false); every result model carries them."""
+
+    model_config = ConfigDict(extra="allow")  # a rule may add what the caller needs to retry
+
+    ok: bool = Field(description="true: the call succeeded; false: it was refused or failed, "
+                     "and nothing was written.")
+    error: str | None = Field(None, description="(ok false) The rule that refused the call, "
+                              "e.g. cas.mismatch, keys.cap, key.charset; internal for a failure.")
+    message: str | None = Field(None, description="(ok false) What happened and what to do.")
+    current: EntryOut | None = Field(None, description="(cas.mismatch) The key's current "
+                                     "entry in HEAD: value, reason, set time.")
+    expected: str | int | float | bool | None = Field(None, description="(cas.mismatch) The "
+                                                      "value the call expected.")
+    live_key_names: list[str] | None = Field(None, description="(keys.cap) The live keys; "
+                                             "clear one of them first.")
+
+
+class WriteOut(Refusal):
+    model_config = ConfigDict(extra="allow",
+                              json_schema_extra=_one_of(["op", "commit", "live_keys",
+                                                         "max_keys"]))
+
+    op: str | None = Field(None, description="(ok true) set, clear or handoff.")
+    commit: str | None = Field(None, description="(ok true) The git commit that recorded "
+                               "this change.")
     key: str | None = None
     old: EntryOut | None = None
     new: EntryOut | None = None
     handoff: HandoffOut | None = None
     truncated: bool = Field(False, description="True when a plain note was cut to fit.")
     replayed: bool = Field(False, description="True when this answers a retried request_id.")
-    live_keys: int
-    max_keys: int
+    reverted: str | None = None
+    overridden: list[dict[str, Any]] = []
+    live_keys: int | None = Field(None, description="(ok true) Live keys after the write.")
+    max_keys: int | None = Field(None, description="The live-key cap.")
     warnings: list[str] = []
 
 
-class StateOut(BaseModel):
-    head: str = Field(description="The commit id of the state.")
-    now: str
-    keys: dict[str, EntryOut] = Field(description="Every key; expired ones are marked.")
+class StateOut(Refusal):
+    model_config = ConfigDict(extra="allow",
+                              json_schema_extra=_one_of(["head", "now", "keys", "live_keys",
+                                                         "max_keys"]))
+
+    head: str | None = Field(None, description="The commit id of the state.")
+    now: str | None = None
+    keys: dict[str, EntryOut] | None = Field(None, description="Every key; expired ones "
+                                             "are marked.")
     handoff: HandoffOut | None = None
-    history: list[dict[str, Any]] = Field(description="Recent changes, newest first.")
+    history: list[dict[str, Any]] = Field([], description="Recent changes, newest first.")
     schema_version: int | None = None
     phase: str | None = Field(None, description="The current phase (typed state).")
     allowed_tools: list[str] | None = Field(
         None, description="Tools the current phase allows; null when no phases are declared.")
-    live_keys: int
-    max_keys: int
-    section_bytes: int
-    section_max_bytes: int
+    live_keys: int | None = None
+    max_keys: int | None = None
+    section_bytes: int | None = None
+    section_max_bytes: int | None = None
     warnings: list[str] = []
 
 
@@ -120,35 +160,41 @@ READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_h
 
 
 def _refusal(exc: GitStateError) -> CallToolResult:
-    hint = {
-        "cas.mismatch": " Read the current value above and decide again; do not retry blindly.",
-        "keys.cap": " Clear a key that no longer matters (working_state_clear) first.",
-    }.get(exc.rule, "")
-    return CallToolResult(content=[TextContent(type="text", text=f"[{exc.rule}] {exc.message}"
-                                                                   f"{hint}")],
-                          structured_content=exc.to_dict(), is_error=True)
+    """A refusal as a tool error whose structured content fits the tool's output schema."""
+    hint = {"keys.cap": " Clear a key that no longer matters (working_state_clear) first."
+            }.get(exc.rule, "")
+    details = dict(exc.details)
+    if isinstance(details.get("live_keys"), list):  # live_keys is a count in a result
+        details["live_key_names"] = details.pop("live_keys")
+    content = {**details, "ok": False, "error": exc.rule, "message": exc.message}
+    message = exc.message if exc.message.endswith(".") else exc.message + "."
+    return CallToolResult(content=[TextContent(type="text", text=textsafe.visible(
+        f"[{exc.rule}] {message}{hint}"))], structured_content=content, is_error=True)
 
 
 def _unexpected(exc: Exception, tool: str) -> CallToolResult:
     log.exception("%s failed", tool)
-    return CallToolResult(
-        content=[TextContent(type="text", text=f"internal error in {tool}: "
-                             f"{type(exc).__name__}. Nothing may have been written; call "
-                             "working_state_get to see the current state.")],
-        structured_content={"error": "internal", "message": type(exc).__name__},
-        is_error=True)
+    message = (f"internal error in {tool}: {type(exc).__name__}. Nothing may have been "
+               "written; call working_state_get to see the current state.")
+    return CallToolResult(content=[TextContent(type="text", text=message)],
+                          structured_content={"ok": False, "error": "internal",
+                                              "message": message},
+                          is_error=True)
 
 
 def _ok(model: BaseModel) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=model.model_dump_json())],
-                          structured_content=model.model_dump(mode="json"))
+    # the text leaves out the empty refusal fields; the structured form keeps every field
+    return CallToolResult(
+        content=[TextContent(type="text", text=model.model_dump_json(exclude_none=True))],
+        structured_content=model.model_dump(mode="json"))
 
 
 def build_server(agent_dir: str | Path) -> MCPServer:
     """An MCP server bound to one agent directory (which must be initialised)."""
     repo = StateRepo(agent_dir, writer="agent")
-    server = MCPServer("gitstate", instructions=INSTRUCTIONS)
+    server = MCPServer("gitstate", version=_version(), instructions=INSTRUCTIONS)
     declared = _declared_keys(repo)
+    config = repo.config
 
     def call(tool: str, action: Any) -> CallToolResult:
         try:
@@ -164,16 +210,18 @@ def build_server(agent_dir: str | Path) -> MCPServer:
         "`reason` is required. Give day-scoped rules `ttl_hours` so they expire on their own. "
         "Pass `expected_value` (the value you read) to refuse the write if another wake-up "
         "changed it; `expect_absent` to refuse if the key exists. 262 and \"262\" compare "
-        "equal. At most 32 live keys. Pass a `request_id` to make a retry safe."
-        + declared))
+        f"equal. At most {config.max_keys} live keys. Pass a `request_id` to make a retry "
+        "safe. A refusal returns ok=false with the rule and, for a stale expected_value, the "
+        "current value with its reason and set time." + declared))
     def working_state_set(
-        key: Annotated[str, Field(description="Dotted name, e.g. stop_loss.2317", max_length=128)],
+        key: Annotated[str, Field(description="Dotted name, e.g. stop_loss.2317 (ASCII "
+                                  "letters, digits, '.', '_', '-').", max_length=128)],
         value: Scalar,
         reason: Annotated[str, Field(description="Why; becomes the commit message.",
                                      max_length=4000)],
-        ttl_hours: Annotated[float | None, Field(gt=0, description="Expire after this many "
-                                                 "hours (stays readable, no longer injected).")]
-        = None,
+        ttl_hours: Annotated[float | None, Field(gt=0, le=8784, description="Expire after this "
+                                                 "many hours (stays readable, no longer "
+                                                 "injected).")] = None,
         expected_value: Annotated[str | int | float | bool | None, Field(
             description="Compare-and-swap: refuse unless the key currently holds this.")] = None,
         expect_absent: Annotated[bool, Field(
@@ -190,8 +238,9 @@ def build_server(agent_dir: str | Path) -> MCPServer:
         "Retire one key (one audited commit); its history stays in the log. `reason` is "
         "required; `expected_value` refuses the clear if the key changed meanwhile."))
     def working_state_clear(
-        key: Annotated[str, Field(max_length=128)],
-        reason: Annotated[str, Field(max_length=4000)],
+        key: Annotated[str, Field(max_length=128, description="The key to retire.")],
+        reason: Annotated[str, Field(max_length=4000, description="Why; becomes the commit "
+                                     "message.")],
         expected_value: Annotated[str | int | float | bool | None, Field(
             description="Compare-and-swap: refuse unless the key currently holds this.")] = None,
         request_id: RequestId = None,
@@ -202,18 +251,24 @@ def build_server(agent_dir: str | Path) -> MCPServer:
 
     @server.tool(name="working_state_handoff", annotations=WRITE, description=(
         "Overwrite the one handoff note: what your next wake-up needs to know. Leave one before "
-        "wrapping up any run. Plain: pass only `note` (whitespace collapsed, cut near 1,200 "
-        "characters). Structured: any of next_steps / evidence / blocker makes `status` "
-        "required - continue needs next_steps and no blocker; complete needs evidence and "
-        "neither blocker nor next_steps; blocked needs blocker. A structured handoff over "
-        "16,384 UTF-8 bytes in total is refused whole."))
+        "wrapping up any run. Plain: pass only `note` (whitespace collapsed, cut near "
+        f"{config.handoff_plain_max_chars:,} characters). Structured: any of next_steps / "
+        "evidence / blocker makes `status` required - continue needs next_steps and no "
+        "blocker; complete needs evidence and neither blocker nor next_steps; blocked needs "
+        f"blocker. A structured handoff over {config.handoff_max_bytes:,} UTF-8 bytes in total "
+        "is refused whole."))
     def working_state_handoff(
-        note: str | None = None,
-        status: Annotated[str | None, Field(
-            description="continue | complete | blocked")] = None,
-        next_steps: str | None = None,
-        evidence: str | None = None,
-        blocker: str | None = None,
+        note: Annotated[str | None, Field(description="The note for your next wake-up.")]
+        = None,
+        status: Annotated[Literal["continue", "complete", "blocked"] | None, Field(
+            description="Structured handoff: continue (with next_steps), complete (with "
+            "evidence) or blocked (with blocker).")] = None,
+        next_steps: Annotated[str | None, Field(description="(continue) What to do next.")]
+        = None,
+        evidence: Annotated[str | None, Field(description="(complete) What shows the work is "
+                                              "done; done must not be self-declared.")] = None,
+        blocker: Annotated[str | None, Field(description="(blocked) What stops the work.")]
+        = None,
         request_id: RequestId = None,
     ) -> Annotated[CallToolResult, WriteOut]:
         return call("working_state_handoff", lambda: WriteOut.model_validate(repo.handoff(
@@ -224,7 +279,8 @@ def build_server(agent_dir: str | Path) -> MCPServer:
         "Read everything: all keys (expired ones included and marked), the handoff note, "
         "recent history of changes, the commit id, the live-key count and the cap."))
     def working_state_get() -> Annotated[CallToolResult, StateOut]:
-        return call("working_state_get", lambda: StateOut.model_validate(repo.get()))
+        return call("working_state_get", lambda: StateOut.model_validate(
+            {"ok": True, **repo.get()}))
 
     @server.resource("gitstate://section", name="working-state-section", mime_type="text/plain",
                      description="The section injected at the tail of every wake-up's prompt.")
@@ -234,9 +290,20 @@ def build_server(agent_dir: str | Path) -> MCPServer:
     @server.resource("gitstate://state", name="working-state", mime_type="application/json",
                      description="The whole working state as JSON (as working_state_get).")
     def state_resource() -> str:
-        return StateOut.model_validate(repo.get()).model_dump_json(indent=2)
+        return StateOut.model_validate({"ok": True, **repo.get()}).model_dump_json(indent=2)
 
     return server
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gitstate")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from . import __version__
+
+        return __version__
 
 
 def serve(agent_dir: str | Path) -> None:

@@ -116,7 +116,7 @@ async def test_refusals_are_tool_errors_with_structure(agent: Path) -> None:
             await _call(client, "working_state_set", key=f"k{i}", value=i, reason="fill")
         err, out, text = await _call(client, "working_state_set", key="k99", value=1,
                                      reason="too many")
-        assert err and out["error"] == "keys.cap" and len(out["live_keys"]) == 32
+        assert err and out["error"] == "keys.cap" and len(out["live_key_names"]) == 32
         cases = [
             ("working_state_set", {"key": "../etc", "value": 1, "reason": "x"}, "key.charset"),
             ("working_state_set", {"key": "k", "value": "a\nb", "reason": "x"}, "value.control"),

@@ -1,0 +1,234 @@
+"""gitstate's MCP server against clients written by others that validate what they receive:
+the TypeScript SDK 1.x client (what most hosts bundle; it checks error results against the
+output schema too) and the MCP Inspector CLI 2.12. Every refusal rule the tools can return,
+and a success of every tool, must reach them as a readable tool result."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gitstate.repo import StateRepo
+
+ROOT = Path(__file__).resolve().parent.parent
+JS = ROOT / "tests" / "js"
+pytest.importorskip("mcp")
+
+
+@pytest.fixture(scope="session")
+def node_modules() -> Path:
+    """tests/js installed from its lock file (npm ci), once; skipped without npm."""
+    npm, node = shutil.which("npm"), shutil.which("node")
+    if npm is None or node is None:
+        pytest.skip("node and npm are needed for the TypeScript SDK and Inspector clients")
+    marker = JS / "node_modules" / ".package-lock.json"
+    lock = JS / "package-lock.json"
+    if not marker.exists() or marker.stat().st_mtime < lock.stat().st_mtime:
+        out = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+                             cwd=JS, capture_output=True, text=True, timeout=600, check=False)
+        if out.returncode != 0:
+            pytest.skip(f"npm ci failed (no registry?): {out.stderr[-500:]}")
+    return JS / "node_modules"
+
+
+def _server(agent: Path) -> dict[str, Any]:
+    return {"command": sys.executable, "args": ["-m", "gitstate", "--agent-dir", str(agent),
+                                               "mcp"],
+            "env": {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", ""),
+                    "GIT_CONFIG_NOSYSTEM": "1", "TZ": "UTC"}}
+
+
+def run_ts_client(plan: dict[str, Any], tmp: Path) -> dict[str, Any]:
+    path = tmp / f"plan-{os.urandom(4).hex()}.json"
+    path.write_text(json.dumps(plan))
+    out = subprocess.run(["node", str(JS / "mcp_client.mjs"), str(path)], capture_output=True,
+                         text=True, timeout=180, check=False, cwd=JS)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+def run_inspector(agent: Path, tool: str, args: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """One tools/call through the Inspector CLI; returns (exit status, its JSON output)."""
+    inspector = JS / "node_modules" / ".bin" / "mcp-inspector"
+    server = _server(agent)
+    argv = [str(inspector), "--cli"]
+    for name, value in server["env"].items():
+        argv += ["-e", f"{name}={value}"]
+    argv += [server["command"], *server["args"], "--method", "tools/call", "--tool-name", tool,
+             "--tool-args-json", json.dumps(args)]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    text = out.stdout.strip()
+    data: dict[str, Any] = json.loads(text) if text.startswith("{") else {"raw": text}
+    return out.returncode, data
+
+
+def _fill(repo: StateRepo, n: int) -> None:
+    for i in range(n):
+        repo.set(f"k{i:02d}", i, f"filler {i}")
+
+
+# (tool, arguments, expected rule or None for a success, text the result must carry)
+Call = tuple[str, dict[str, Any], "str | None", tuple[str, ...]]
+AT_CAP: list[Call] = [
+    ("working_state_set", {"key": "stop_loss.2317", "value": 254, "reason": "patrol",
+                           "expected_value": 250}, "cas.mismatch",
+     ("262", "the 09:04 rule", "set 2026-")),
+    ("working_state_set", {"key": "stop_loss.2317", "value": 1, "reason": "r",
+                           "expect_absent": True}, "cas.mismatch", ("262",)),
+    ("working_state_set", {"key": "new_key", "value": 1, "reason": "r"}, "keys.cap",
+     ("stop_loss.2317", "k00", "Clear a key")),
+    ("working_state_set", {"key": "bad key!", "value": 1, "reason": "r"}, "key.charset", ()),
+    ("working_state_set", {"key": "STOP_LOSS.2317", "value": 1, "reason": "r"}, "key.case",
+     ("stop_loss.2317",)),
+    ("working_state_set", {"key": "stop_l0ss.2317", "value": 1, "reason": "r"},
+     "key.confusable", ("stop_loss.2317",)),
+    ("working_state_set", {"key": "k01", "value": "262\u202e001", "reason": "r"},
+     "value.invisible", ()),
+    ("working_state_set", {"key": "k01", "value": " ", "reason": "r"}, "value.empty", ()),
+    ("working_state_set", {"key": "k01", "value": 1, "reason": "  "}, "reason.empty", ()),
+    ("working_state_set", {"key": "k01", "value": 1, "reason": "x" * 3500},
+     "section.max_bytes", ("section_max_bytes",)),
+    ("working_state_clear", {"key": "absent_key", "reason": "r"}, "clear.absent", ()),
+    ("working_state_clear", {"key": "stop_loss.2317", "reason": "r", "expected_value": 1},
+     "cas.mismatch", ("262",)),
+    ("working_state_handoff", {"note": "done", "status": "complete"}, "handoff.complete", ()),
+    ("working_state_handoff", {"note": "n", "status": "continue"}, "handoff.continue", ()),
+    ("working_state_handoff", {"note": "n", "status": "blocked"}, "handoff.blocked", ()),
+    ("working_state_handoff", {"next_steps": "go"}, "handoff.status_required", ()),
+    ("working_state_handoff", {"note": "n", "status": "complete", "evidence": "e" * 20_000},
+     "handoff.max_bytes", ("16384",)),
+    ("working_state_handoff", {"note": "   "}, "handoff.empty", ()),
+]
+SUCCESSES: list[Call] = [
+    ("working_state_get", {}, None, ("stop_loss.2317",)),
+    ("working_state_set", {"key": "stop_loss.2317", "value": 254, "reason": "patrol",
+                           "expected_value": 262, "request_id": "r-1"}, None, ("254",)),
+    ("working_state_set", {"key": "stop_loss.2317", "value": 254, "reason": "patrol",
+                           "expected_value": 262, "request_id": "r-1"}, None, ("replayed",)),
+    ("working_state_clear", {"key": "k00", "reason": "no longer needed"}, None, ()),
+    ("working_state_handoff", {"note": "watch the open"}, None, ()),
+    ("working_state_handoff", {"note": "n", "status": "continue",
+                               "next_steps": "re-check at 09:30"}, None, ()),
+]
+
+
+@pytest.fixture
+def at_cap(tmp_path: Path) -> Path:
+    """32 live keys, stop_loss.2317 = 262 among them."""
+    agent = tmp_path / "agent"
+    with StateRepo.init(agent) as repo:
+        repo.set("stop_loss.2317", 262, "the 09:04 rule")
+        _fill(repo, 31)
+    return agent
+
+
+@pytest.fixture
+def stored_cap(tmp_path: Path) -> Path:
+    """Expired keys fill the stored-key limit (36) below the live cap."""
+    agent = tmp_path / "agent2"
+    (agent).mkdir()
+    (agent / "config.toml").write_text("[gitstate]\nmax_stored_keys = 36\n")
+    past = datetime.now(UTC) - timedelta(days=2)
+    with StateRepo.init(agent, clock=lambda: past) as repo:
+        for i in range(6):
+            repo.set(f"old{i}", i, "expired long ago", ttl_hours=1)
+    with StateRepo(agent) as repo:
+        _fill(repo, 30)
+    return agent
+
+
+def _check(result: dict[str, Any], rule: str | None, texts: tuple[str, ...],
+           what: str) -> None:
+    assert not result["threw"], f"{what}: the client threw: {result.get('error')}"
+    structured = result["structuredContent"]
+    if rule is None:
+        assert not result["isError"], (what, result["text"])
+        assert structured["ok"] is True
+    else:
+        assert result["isError"], what
+        assert structured["ok"] is False and structured["error"] == rule, (what, structured)
+        assert result["text"].startswith(f"[{rule}] "), result["text"]
+    for text in texts:
+        assert text in result["text"], (what, text, result["text"])
+
+
+def test_typescript_sdk_reads_every_refusal_and_success(node_modules: Path, at_cap: Path,
+                                                        stored_cap: Path,
+                                                        tmp_path: Path) -> None:
+    """TypeScript SDK 1.x: every refusal and every tool's success is a readable result."""
+    calls = AT_CAP + SUCCESSES
+    out = run_ts_client({**_server(at_cap), "calls": [{"tool": t, "arguments": a}
+                                                        for t, a, _, _ in calls]}, tmp_path)
+    assert out["server"]["name"] == "gitstate" and out["server"]["version"]
+    assert {t["name"] for t in out["tools"]} == {"working_state_set", "working_state_clear",
+                                                "working_state_handoff", "working_state_get"}
+    for (tool, args, rule, texts), result in zip(calls, out["results"], strict=True):
+        _check(result, rule, texts, f"{tool} {args}")
+    stored = run_ts_client({**_server(stored_cap), "calls": [
+        {"tool": "working_state_set", "arguments": {"key": "brand_new", "value": 1,
+                                                   "reason": "r"}}]}, tmp_path)
+    _check(stored["results"][0], "keys.stored_cap", ("old0",), "stored cap")
+
+
+def test_typescript_sdk_gets_input_errors_as_results(node_modules: Path, at_cap: Path,
+                                                     tmp_path: Path) -> None:
+    """Arguments the schema refuses (a ttl past 366 days, a status outside the enum) come
+    back as tool errors without structured content, which validating clients accept."""
+    out = run_ts_client({**_server(at_cap), "calls": [
+        {"tool": "working_state_set", "arguments": {"key": "k01", "value": 1, "reason": "r",
+                                                   "ttl_hours": 100000}},
+        {"tool": "working_state_handoff", "arguments": {"note": "n", "status": "done"}},
+    ]}, tmp_path)
+    for result in out["results"]:
+        assert not result["threw"] and result["isError"], result
+
+
+def test_inspector_reads_every_refusal_and_success(node_modules: Path, at_cap: Path,
+                                                   stored_cap: Path) -> None:
+    """MCP Inspector CLI 2.12: the same calls, one process each (refusals in parallel: they
+    write nothing; then the successes in order). It exits 5 for a tool error it could
+    read, and 1 when the result broke the output schema."""
+    def one(call: Call, agent: Path = at_cap) -> tuple[Call, int, dict[str, Any]]:
+        code, data = run_inspector(agent, call[0], call[1])
+        return call, code, data
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        refused = list(pool.map(one, AT_CAP))
+    done = [one(call) for call in SUCCESSES]
+    refused.append(one(("working_state_set", {"key": "brand_new", "value": 1, "reason": "r"},
+                        "keys.stored_cap", ("old0",)), stored_cap))
+    for (tool, args, rule, texts), code, data in refused + done:
+        what = f"{tool} {args}"
+        assert "structuredContent" in data, (what, code, data)
+        text = "\n".join(c["text"] for c in data["content"] if c["type"] == "text")
+        if rule is None:
+            assert code == 0 and data["structuredContent"]["ok"] is True, (what, data)
+        else:
+            assert code == 5 and data["isError"] is True, (what, code, data)
+            assert data["structuredContent"]["error"] == rule, (what, data)
+        for snippet in texts:
+            assert snippet in text, (what, snippet, text)
+
+
+def test_inspector_strict_lint_accepts_the_tool_schemas(node_modules: Path,
+                                                        at_cap: Path) -> None:
+    """Inspector's --strict portability lint passes on tools/list."""
+    inspector = node_modules / ".bin" / "mcp-inspector"
+    server = _server(at_cap)
+    argv = [str(inspector), "--cli", "--strict"]
+    for name, value in server["env"].items():
+        argv += ["-e", f"{name}={value}"]
+    out = subprocess.run([*argv, server["command"], *server["args"], "--method",
+                          "tools/list"], capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
