@@ -29,7 +29,8 @@ def _parse_fast(args: list[str]) -> tuple[str, str, dict[str, str]] | None:
         if not rest or rest[0] not in HOOK_EVENTS:
             return None
         opts["runtime"], rest = rest[0], rest[1:]
-    allowed = {"render": ("--locale", "--now"), "hook": ("--event", "--locale")}[command]
+    allowed = {"render": ("--locale", "--now"),
+               "hook": ("--event", "--locale", "--max-chars")}[command]
     while rest:
         if rest[0] in allowed and len(rest) >= 2 and not rest[1].startswith("-"):
             opts[rest[0][2:]] = rest[1]
@@ -38,6 +39,8 @@ def _parse_fast(args: list[str]) -> tuple[str, str, dict[str, str]] | None:
             return None
     if opts.get("locale", "zh-TW") not in ("zh-TW", "en", "ja"):
         return None  # let click report the bad choice
+    if not opts.get("max-chars", "1000").isdigit() or int(opts.get("max-chars", "1000")) < 1000:
+        return None  # let click report it
     return command, agent_dir, opts
 
 
@@ -54,8 +57,23 @@ def _fast(command: str, agent_dir: str, opts: dict[str, str]) -> int:
         except ValueError:
             sys.stderr.write(f"gitstate: error: --now {opts['now']!r} is not an ISO 8601 time\n")
             return 2
+    budget = None
+    if command == "hook":
+        from .config import load_config
+
+        try:  # a hook's budget: the runtime's own limit, never more than config.toml's
+            budget = load_config(agent_dir).injection_max_chars
+        except GitStateError:
+            budget = None  # section() reports the config error below
+        if "max-chars" in opts:
+            budget = int(opts["max-chars"])
+        if opts["runtime"] == "claude-code":
+            from .fastpath import CLAUDE_CODE_MAX_CHARS
+
+            budget = min(budget or CLAUDE_CODE_MAX_CHARS, CLAUDE_CODE_MAX_CHARS)
     try:
-        text, warnings = section(agent_dir, locale=opts.get("locale"), now=now)
+        text, warnings = section(agent_dir, locale=opts.get("locale"), now=now,
+                                 max_chars=budget)
     except GitStateError as exc:
         sys.stderr.write(f"gitstate: error [{exc.rule}]: {exc.message}\n")
         # A hook must never block the agent's prompt (exit 2 does in Claude Code).

@@ -299,8 +299,13 @@ def render(obj: Ctx, locale: str | None, now: str | None, at: str | None) -> Non
 @click.argument("runtime", type=click.Choice(["claude-code", "plain"]))
 @click.option("--event", help="Claude Code hook event name (default: read from stdin).")
 @click.option("--locale", type=click.Choice(["zh-TW", "en", "ja"]))
+@click.option("--max-chars", type=click.IntRange(1000), help="This runtime's budget for one "
+              "injection (default: [gitstate] injection_max_chars; at most 10,000 for "
+              "claude-code). A longer section has its handoff line replaced by a pointer; "
+              "key lines are never cut.")
 @click.pass_obj
-def hook(obj: Ctx, runtime: str, event: str | None, locale: str | None) -> None:
+def hook(obj: Ctx, runtime: str, event: str | None, locale: str | None,
+         max_chars: int | None) -> None:
     """Print the section for an agent runtime's wake-up hook.
 
     \b
@@ -314,19 +319,40 @@ def hook(obj: Ctx, runtime: str, event: str | None, locale: str | None) -> None:
     from .__main__ import _fast
 
     opts = {"runtime": runtime, **({"event": event} if event else {}),
-            **({"locale": locale} if locale else {})}
+            **({"locale": locale} if locale else {}),
+            **({"max-chars": str(max_chars)} if max_chars else {})}
     code = _fast("hook", str(obj.agent_dir), opts)
     if code:
         raise click.exceptions.Exit(code)
 
 
 @cli.command()
+@click.option("--http", "http", is_flag=True, help="Serve MCP over Streamable HTTP at "
+              "http://HOST:PORT/mcp instead of stdio.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="(--http) Address to bind. Anything but loopback needs a bearer token.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8765, show_default=True,
+              help="(--http) Port to bind.")
+@click.option("--token-env", default="GITSTATE_MCP_TOKEN", show_default=True,
+              help="(--http) Environment variable holding the bearer token clients must send.")
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="(--http) File holding the bearer token (first line); wins over "
+              "--token-env. Never pass a token itself on the command line.")
+@click.option("--allow-host", multiple=True, help="(--http) Another Host header to accept, "
+              "e.g. the name clients use behind a proxy (repeatable).")
+@click.option("--allow-origin", multiple=True, help="(--http) A browser Origin to accept, "
+              "e.g. https://console.example (repeatable).")
 @click.pass_obj
-def mcp(obj: Ctx) -> None:
-    """Run the MCP server on stdio (needs the extra: pip install 'gitstate[mcp]').
+def mcp(obj: Ctx, http: bool, host: str, port: int, token_env: str, token_file: Path | None,
+        allow_host: tuple[str, ...], allow_origin: tuple[str, ...]) -> None:
+    """Run the MCP server on stdio, or over Streamable HTTP with --http (needs the extra:
+    pip install 'gitstate[mcp]').
 
+    \b
     Tools: working_state_set, working_state_clear, working_state_handoff, working_state_get.
-    Resources: gitstate://section, gitstate://state. See examples/ for client configs.
+    Resources: gitstate://section, gitstate://state, gitstate://key/{key} (with completion
+    of key names); subscriptions notify on every change, whoever made it.
+    See docs/mcp.md and examples/ for client configs.
     """
     try:
         from .mcp_server import serve
@@ -334,7 +360,13 @@ def mcp(obj: Ctx) -> None:
         raise UsageError(f"the MCP server needs the mcp extra: pip install 'gitstate[mcp]' "
                          f"({exc})", rule="usage.mcp_missing") from exc
     StateRepo(obj.agent_dir).close()  # fail fast, with the usual message, if not initialised
-    serve(obj.agent_dir)
+    if not http:
+        serve(obj.agent_dir)
+        return
+    from .mcp_http import read_token, serve_http
+
+    serve_http(obj.agent_dir, host, port, read_token(token_env, token_file), allow_host,
+               allow_origin)
 
 
 @cli.command()

@@ -29,6 +29,9 @@ class Config:
     handoff_max_bytes: int = 16384
     max_keys: int = 32
     section_max_bytes: int = 3072
+    # the longest injection a runtime of this agent keeps whole (Claude Code: 10,000
+    # characters of a hook's additionalContext); enforced at write time, like the key cap
+    injection_max_chars: int = 10000
     handoff_plain_max_chars: int = 1200
     locale: str = "zh-TW"
     timezone: str | None = None  # None: the machine's local time zone
@@ -55,6 +58,7 @@ _SETTINGS: dict[tuple[str, str], tuple[str, type, int | None, int | None]] = {
     ("memory", "working_state_handoff_max_bytes"): ("handoff_max_bytes", int, 64, 1 << 20),
     ("gitstate", "max_keys"): ("max_keys", int, 1, 256),
     ("gitstate", "section_max_bytes"): ("section_max_bytes", int, 256, 65536),
+    ("gitstate", "injection_max_chars"): ("injection_max_chars", int, 1000, 1_000_000),
     ("gitstate", "handoff_plain_max_chars"): ("handoff_plain_max_chars", int, 80, 16384),
     ("gitstate", "locale"): ("locale", str, None, None),
     ("gitstate", "timezone"): ("timezone", str, None, None),

@@ -12,6 +12,7 @@ that refused the call, so a person or a model can act on it::
     │   ├── CasMismatch                    1  cas.mismatch    carries the current entry
     │   ├── KeyCapReached                  1  keys.cap        carries the live keys
     │   ├── SectionTooLarge                1  section.max_bytes
+    │   ├── InjectionTooLarge              1  injection.max_chars
     │   └── HandoffTooLarge                1  handoff.max_bytes
     ├── ConfigError                        1  config.*        config.toml is invalid
     └── StoreError                         3  store.*         the repository cannot be used
@@ -88,6 +89,12 @@ class SectionTooLarge(Refused):
     """The rendered key lines would exceed ``section_max_bytes``."""
 
     rule = "section.max_bytes"
+
+
+class InjectionTooLarge(Refused):
+    """The whole rendered section would exceed ``injection_max_chars``."""
+
+    rule = "injection.max_chars"
 
 
 class HandoffTooLarge(Refused):

@@ -20,7 +20,7 @@ from .config import load_config, resolve_tz
 from .errors import NotInitialized
 from .layout import STATE_MAX_BYTES
 from .model import STATE_FILE, State
-from .render import phase_lines, render
+from .render import fit, phase_lines, render, text_chars
 from .safefile import read_regular
 from .textsafe import dumps
 
@@ -91,11 +91,15 @@ def _head_fast(state_dir: str | os.PathLike[str]) -> tuple[State, dict[str, obje
         return None
 
 
+CLAUDE_CODE_MAX_CHARS = 10_000  # what Claude Code keeps of a hook's additionalContext
+
+
 def section(
     agent_dir: str | os.PathLike[str], *, locale: str | None = None,
-    now: datetime | None = None,
+    now: datetime | None = None, max_chars: int | None = None,
 ) -> tuple[str, list[str]]:
-    """The section for a wake-up, and warnings for stderr (hand edits)."""
+    """The section for a wake-up, and warnings for stderr (hand edits, a withheld handoff).
+    ``max_chars`` is the receiving runtime's budget (see ``render.fit``)."""
     config = load_config(agent_dir)
     state_dir = os.path.join(agent_dir, "state")
     if not os.path.isdir(os.path.join(state_dir, ".git")):
@@ -109,10 +113,22 @@ def section(
         from .repo import StateRepo  # the slow, exact path: read HEAD through dulwich
 
         with StateRepo(os.fspath(agent_dir), config=config) as repo:
-            return repo.render(now=moment, locale=locale), repo.worktree_warnings()
-    state, compiled = fast
-    extra = phase_lines(compiled, state, moment, locale)
-    return render(state, moment, locale, resolve_tz(config.timezone), extra), []
+            text = repo.render(now=moment, locale=locale, max_chars=max_chars)
+            warnings = repo.worktree_warnings()
+            full = repo.render(now=moment, locale=locale) if max_chars else text
+    else:
+        state, compiled = fast
+        extra = phase_lines(compiled, state, moment, locale)
+        tz = resolve_tz(config.timezone)
+        full = render(state, moment, locale, tz, extra)
+        text, warnings = full, []
+        if max_chars is not None:
+            text = fit(state, moment, locale, tz, extra, max_chars)[0]
+    if text != full:
+        warnings.append(f"the section is {text_chars(full)} characters, over this runtime's "
+                        f"budget of {max_chars}: the handoff line was left out (every key line "
+                        "is in); shorten the handoff, or lower [gitstate] injection_max_chars")
+    return text, warnings
 
 
 def claude_code_output(text: str, event: str) -> str:

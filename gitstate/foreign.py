@@ -26,7 +26,7 @@ from .config import Config
 from .errors import GitStateError, InvalidInput
 from .layout import FILE_MODE, REQUIRED, SCHEMA_FILE, STATE_FILE, TREE_FILES
 from .model import EMPTY, State, parse_time
-from .render import section_key_bytes
+from .render import section_chars, section_key_bytes
 from .replay import ReplayError, apply_change
 from .trailers import Change, NotAGitstateCommit, parse_message
 
@@ -146,9 +146,8 @@ def _check_commit(store: GitStore, commit: str, before: State, previous_time: in
     if hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() != ids[STATE_FILE]:
         raise _Refusal("replay.mismatch", f"{STATE_FILE} differs from what the trailers say "
                        "(the state was changed without an audited operation)")
-    if SCHEMA_FILE in ids:
-        _check_schema(store, commit, change, before, after)
-    _check_whole(before, after, datetime.fromtimestamp(commit_time, UTC), config)
+    compiled = _check_schema(store, commit, before, after) if SCHEMA_FILE in ids else None
+    _check_whole(before, after, datetime.fromtimestamp(commit_time, UTC), config, compiled)
     return after, commit_time
 
 
@@ -259,8 +258,8 @@ def _check_expiry(expires: object, commit_time: int) -> None:
                            "after the commit", rule="ttl.range")
 
 
-def _check_schema(store: GitStore, commit: str, change: Change, before: State,
-                  after: State) -> None:
+def _check_schema(store: GitStore, commit: str, before: State,
+                  after: State) -> dict[str, object]:
     from .schema import parse_schema
 
     text = store.read_file(commit, SCHEMA_FILE) or b""
@@ -272,9 +271,11 @@ def _check_schema(store: GitStore, commit: str, change: Change, before: State,
         entry = after.keys.get(key)
         if entry is not None and entry != before.keys.get(key):
             schema.check_write(key, entry.value, "runtime")
+    return schema.compiled()
 
 
-def _check_whole(before: State, after: State, moment: datetime, config: Config) -> None:
+def _check_whole(before: State, after: State, moment: datetime, config: Config,
+                 compiled: dict[str, object] | None) -> None:
     """The whole-state limits; a limit already broken before (a config lowered since) only
     refuses a commit that makes it worse."""
     stored = len(after.keys)
@@ -288,6 +289,10 @@ def _check_whole(before: State, after: State, moment: datetime, config: Config) 
     if size > config.section_max_bytes and size > section_key_bytes(before, moment):
         raise _Refusal("section.max_bytes", f"the key lines take {size} bytes; the limit is "
                        f"{config.section_max_bytes}")
+    chars = section_chars(after, moment, compiled)
+    if chars > config.injection_max_chars and chars > section_chars(before, moment, compiled):
+        raise _Refusal("injection.max_chars", f"the section would be {chars} characters; the "
+                       f"limit is {config.injection_max_chars}")
 
 
 def summary(problems: list[Problem], limit: int = 5) -> str:

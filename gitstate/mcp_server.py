@@ -14,13 +14,28 @@ import it except for ``gitstate mcp``.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import sys
+import warnings
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import anyio
 from mcp.server import MCPServer
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types import (
+    CallToolResult,
+    Completion,
+    EmptyResult,
+    ResourceTemplateReference,
+    SetLevelRequestParams,
+    SubscribeRequestParams,
+    TextContent,
+    ToolAnnotations,
+    UnsubscribeRequestParams,
+)
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import textsafe
@@ -28,6 +43,10 @@ from .errors import GitStateError
 from .repo import UNSET, StateRepo
 
 log = logging.getLogger("gitstate.mcp")
+SECTION_URI = "gitstate://section"
+STATE_URI = "gitstate://state"
+KEY_URI = "gitstate://key/{key}"
+KEY_CHAIN = 10
 
 INSTRUCTIONS = """\
 gitstate keeps your working state: the one authoritative table of the rules and commitments
@@ -192,7 +211,19 @@ def _ok(model: BaseModel) -> CallToolResult:
 def build_server(agent_dir: str | Path) -> MCPServer:
     """An MCP server bound to one agent directory (which must be initialised)."""
     repo = StateRepo(agent_dir, writer="agent")
-    server = MCPServer("gitstate", version=_version(), instructions=INSTRUCTIONS)
+    watcher = Watcher(repo)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: MCPServer) -> AsyncIterator[dict[str, Any]]:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(watcher.run)
+            try:
+                yield {}
+            finally:
+                tasks.cancel_scope.cancel()
+
+    server = MCPServer("gitstate", version=_version(), instructions=INSTRUCTIONS,
+                       lifespan=lifespan)
     declared = _declared_keys(repo)
     config = repo.config
 
@@ -282,17 +313,136 @@ def build_server(agent_dir: str | Path) -> MCPServer:
         return call("working_state_get", lambda: StateOut.model_validate(
             {"ok": True, **repo.get()}))
 
-    @server.resource("gitstate://section", name="working-state-section", mime_type="text/plain",
+    @server.resource(SECTION_URI, name="working-state-section", mime_type="text/plain",
                      description="The section injected at the tail of every wake-up's prompt.")
     def section_resource() -> str:
         return repo.render()
 
-    @server.resource("gitstate://state", name="working-state", mime_type="application/json",
+    @server.resource(KEY_URI, name="working-state-key", mime_type="application/json",
+                     description="One key: its value, reason, set time and expiry, and its "
+                     "recent chain of changes (newest first).")
+    def key_resource(key: str) -> str:
+        return json.dumps(key_view(repo, key), ensure_ascii=False, indent=2)
+
+    @server.completion()  # type: ignore[no-untyped-call, untyped-decorator]  # SDK untyped
+    async def complete(ref: Any, argument: Any, context: Any) -> Completion | None:
+        if not (isinstance(ref, ResourceTemplateReference) and ref.uri == KEY_URI
+                and argument.name == "key"):
+            return None
+        names = sorted(k for k in repo.state().keys if k.startswith(argument.value or ""))
+        return Completion(values=names[:100], total=len(names), has_more=len(names) > 100)
+
+    _legacy_methods(server, watcher)
+
+    @server.resource(STATE_URI, name="working-state", mime_type="application/json",
                      description="The whole working state as JSON (as working_state_get).")
     def state_resource() -> str:
         return StateOut.model_validate({"ok": True, **repo.get()}).model_dump_json(indent=2)
 
     return server
+
+
+def key_view(repo: StateRepo, key: str) -> dict[str, Any]:
+    """The key resource: the entry (or null) and the key's newest changes."""
+    from . import audit, rules
+
+    rules.check_key(key)
+    entry = repo.state().keys.get(key)
+    chain = list(audit.log(repo, key=key, limit=KEY_CHAIN))
+    return {"key": key, "entry": {**entry.to_dict(), "expired": entry.is_expired(repo.now())}
+            if entry else None, "history": chain}
+
+
+class Watcher:
+    """Subscriptions to resources, and the task that tells subscribers when the state
+    changed: it polls the branch ref (a file read every ``interval`` seconds), so a change
+    made by any process — the CLI, another server, a pull — is seen, not only this server's
+    own writes."""
+
+    def __init__(self, repo: StateRepo, interval: float = 0.25) -> None:
+        self.repo = repo
+        self.interval = interval
+        self.subscribers: dict[Any, set[str]] = {}  # connection -> subscribed URIs
+
+    def add(self, session: Any, uri: str) -> None:
+        self.subscribers.setdefault(session, set()).add(uri)
+
+    def remove(self, session: Any, uri: str) -> None:
+        self.subscribers.get(session, set()).discard(uri)
+
+    async def run(self) -> None:
+        from .fastpath import _read_ref
+
+        git_dir = str(self.repo.state_dir / ".git")
+        last = _read_ref(git_dir)
+        while True:
+            await anyio.sleep(self.interval)
+            head = _read_ref(git_dir)
+            if head == last or head is None:
+                continue
+            before, last = last, head
+            if self.subscribers:
+                await self._notify(before, head)
+
+    async def _notify(self, before: str | None, head: str) -> None:
+        changed = self._changed_keys(before, head)
+        for session, uris in list(self.subscribers.items()):
+            for uri in sorted(uris):
+                if uri.startswith("gitstate://key/") and \
+                        uri.removeprefix("gitstate://key/") not in changed:
+                    continue
+                try:
+                    await session.send_resource_updated(uri)
+                except Exception:  # the client went away: forget its subscriptions
+                    self.subscribers.pop(session, None)
+                    break
+
+    def _changed_keys(self, before: str | None, head: str) -> set[str]:
+        try:
+            old = self.repo.state_at(before).keys if before else {}
+            new = self.repo.state_at(head).keys
+        except GitStateError:
+            return set()
+        return {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
+
+
+def _legacy_methods(server: MCPServer, watcher: Watcher) -> None:
+    """resources/subscribe, resources/unsubscribe and logging/setLevel: spec methods of the
+    protocol versions hosts speak today, which the SDK's high-level server no longer
+    registers. The SDK's documented way to serve them is its low-level server's
+    ``add_request_handler``."""
+    lowlevel = server._lowlevel_server
+
+    def connection(ctx: Any) -> Any:
+        # A handler's session lives for one request (on HTTP, its response stream); the
+        # connection it belongs to outlives it and can notify later. The SDK keeps it on
+        # the session without a public accessor.
+        return getattr(ctx.session, "_connection", ctx.session)
+
+    async def subscribe(ctx: Any, params: SubscribeRequestParams) -> EmptyResult:
+        watcher.add(connection(ctx), str(params.uri))
+        return EmptyResult()
+
+    async def unsubscribe(ctx: Any, params: UnsubscribeRequestParams) -> EmptyResult:
+        watcher.remove(connection(ctx), str(params.uri))
+        return EmptyResult()
+
+    async def set_level(ctx: Any, params: SetLevelRequestParams) -> EmptyResult:
+        level = _LEVELS.get(str(params.level), logging.WARNING)
+        logging.getLogger("gitstate").setLevel(level)
+        return EmptyResult()
+
+    with warnings.catch_warnings():  # the SDK marks these as legacy; hosts still use them
+        warnings.simplefilter("ignore")
+        lowlevel.add_request_handler("resources/subscribe", SubscribeRequestParams, subscribe)
+        lowlevel.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams,
+                                     unsubscribe)
+        lowlevel.add_request_handler("logging/setLevel", SetLevelRequestParams, set_level)
+
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.INFO,
+           "warning": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL,
+           "alert": logging.CRITICAL, "emergency": logging.CRITICAL}
 
 
 def _version() -> str:

@@ -148,3 +148,40 @@ def render(
     if not lines:
         return ""
     return "\n".join((*HEADER[locale], *lines)) + "\n"
+
+
+def text_chars(text: str) -> int:
+    """Length as a JavaScript host counts it (UTF-16 code units): Claude Code's limit on a
+    hook's additionalContext is measured so; an emoji outside the BMP counts twice."""
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+
+
+def section_chars(state: State, now: datetime, compiled: dict[str, object] | None) -> int:
+    """The longest the whole section gets, in any locale (zone-independent): what
+    injection_max_chars limits at write time."""
+    return max(text_chars(render(state, now, locale, UTC,
+                                 phase_lines(compiled, state, now, locale)))
+               for locale in HEADER)
+
+
+_WITHHELD = {
+    "zh-TW": "交接註記過長，未放入此段（{n} 字元）；請以 working_state_get 讀取。",
+    "en": "The handoff note is too long for this injection ({n} characters); read it with "
+          "working_state_get.",
+    "ja": "引き継ぎメモが長すぎるためここには含めていません（{n} 文字）；"
+          "working_state_get で読んでください。",
+}
+
+
+def fit(state: State, now: datetime, locale: str, tz: tzinfo, extra_lines: list[str],
+        limit: int) -> tuple[str, bool]:
+    """The section within ``limit`` characters, never by cutting a key line: when the whole
+    section is longer (a state written before the limit, or a runtime with a smaller budget
+    than config.toml's), the handoff line gives way to a short line saying where it is.
+    Returns the text and whether the handoff was withheld."""
+    text = render(state, now, locale, tz, extra_lines)
+    if text_chars(text) <= limit or state.handoff is None:
+        return text, False
+    full = handoff_line(state.handoff, locale, tz)
+    notice = _WITHHELD[locale].format(n=text_chars(full))
+    return render(state.with_handoff(None), now, locale, tz, [*extra_lines, notice]), True

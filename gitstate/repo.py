@@ -23,6 +23,7 @@ from .config import LOCALES, Config, load_config, resolve_tz
 from .errors import (
     CasMismatch,
     HistoryRewritten,
+    InjectionTooLarge,
     InvalidInput,
     KeyCapReached,
     NotInitialized,
@@ -32,7 +33,7 @@ from .errors import (
 )
 from .model import EMPTY, STATE_FILE, Entry, Handoff, Scalar, State, format_time
 from .projection import Mark, Projection, record
-from .render import phase_lines, render, section_key_bytes
+from .render import fit, phase_lines, render, section_chars, section_key_bytes
 from .schema import SCHEMA_FILE, WRITERS, Schema
 from .store import GitStore
 from .trailers import Change
@@ -411,9 +412,11 @@ class StateRepo:
         return out
 
     def render(self, now: datetime | None = None, locale: str | None = None,
-               commit: str | None = None) -> str:
+               commit: str | None = None, max_chars: int | None = None) -> str:
         """The section for a wake-up at ``now`` (of the state at ``commit``, default HEAD);
-        empty when injection is disabled."""
+        empty when injection is disabled. With ``max_chars`` (a runtime's budget), a section
+        that would be longer has its handoff line replaced by a pointer to it
+        (``render.fit``); key lines are never cut."""
         if not self.config.enabled:
             return ""
         locale = locale or self.config.locale
@@ -423,7 +426,10 @@ class StateRepo:
         state, moment = self.state_at(commit), now or self.now()
         schema = self.schema_at(commit)
         extra = phase_lines(schema.compiled() if schema else None, state, moment, locale)
-        return render(state, moment, locale, resolve_tz(self.config.timezone), extra)
+        tz = resolve_tz(self.config.timezone)
+        if max_chars is not None:
+            return fit(state, moment, locale, tz, extra, max_chars)[0]
+        return render(state, moment, locale, tz, extra)
 
     # -- writing --------------------------------------------------------------------------
 
@@ -613,6 +619,7 @@ class StateRepo:
                 state = self.state_at(base)
                 now, clock = self._commit_moment(base)
                 new_state, change, result = mutate(state, now)
+                self._check_injection(state, new_state, now, base)
                 if request is not None:
                     change = dataclasses.replace(change, request=request)
                 if clock is not None:
@@ -749,6 +756,27 @@ class StateRepo:
                 f"expired ones included); clear expired keys first: {', '.join(expired)}",
                 rule="keys.stored_cap", key=key, expired_keys=expired,
             )
+
+    def _check_injection(self, before: State, after: State, now: datetime,
+                         base: str) -> None:
+        """The whole section (keys, phase line, handoff; longest locale) must fit what the
+        runtime keeps, so no wake-up ever gets a cut injection. A section already over the
+        limit (a lowered limit, an older state) refuses only writes that make it longer."""
+        limit = self.config.injection_max_chars
+        schema = self.schema_at(base)
+        compiled = schema.compiled() if schema else None
+        size = section_chars(after, now, compiled)
+        if size <= limit or size <= section_chars(before, now, compiled):
+            return
+        if after.handoff != before.handoff:
+            advice = f"Shorten the handoff by at least {size - limit} characters."
+        else:
+            advice = "Shorten the value or reason, clear a key, or shorten the handoff."
+        raise InjectionTooLarge(
+            f"the injected section would be {size} characters; the limit is {limit} "
+            "([gitstate] injection_max_chars: what the agent's runtime keeps of one "
+            f"injection, 10,000 for Claude Code). {advice} Nothing was written.",
+            size=size, limit=limit)
 
     def _check_section(self, state: State, now: datetime) -> None:
         size = section_key_bytes(state, now)

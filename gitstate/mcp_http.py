@@ -1,0 +1,122 @@
+"""MCP over Streamable HTTP: ``gitstate mcp --http``, for agents that reach their state over
+the network.
+
+The same server as on stdio (mcp_server.build_server), behind three guards:
+
+* binding: loopback (127.0.0.1) by default; any other address needs a bearer token, read
+  from an environment variable or a file (never from the command line, where every user of
+  the machine can read it in the process list);
+* DNS rebinding: the Host header must name the bound address (or an allowed one) and a
+  browser's Origin must be an allowed one (the SDK's transport security);
+* size: a request body over MAX_BODY_BYTES is refused before it is parsed.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+import sys
+from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+
+MAX_BODY_BYTES = 2 << 20  # the largest legal call (a 1 MiB handoff text) and its JSON framing
+TOKEN_ENV = "GITSTATE_MCP_TOKEN"
+LOOPBACK_NAMES = ("localhost",)
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token(env: str | None, file: Path | None) -> str | None:
+    """The bearer token from ``file`` (a regular file, first line) or the variable ``env``."""
+    from .safefile import read_regular
+
+    if file is not None:
+        try:
+            text = read_regular(file, 4096).decode("utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read the token file {file}: {exc}",
+                             rule="usage.token") from exc
+    else:
+        text = os.environ.get(env or TOKEN_ENV, "").strip()
+    if not text:
+        return None
+    if len(text) < 16:
+        raise UsageError("the bearer token must be at least 16 characters",
+                         rule="usage.token")
+    return text
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>``."""
+
+    def __init__(self, app: App, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):  # constant time
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"text/plain"),
+                                        (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body",
+                            "body": b"a bearer token is required\n"})
+                return
+        await self.app(scope, receive, send)
+
+
+def build_app(agent_dir: str | Path, host: str, port: int, token: str | None,
+              allow_hosts: tuple[str, ...] = (), allow_origins: tuple[str, ...] = ()) -> App:
+    """The ASGI app serving ``/mcp`` for ``agent_dir``."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from .mcp_server import build_server
+
+    if not is_loopback(host) and token is None:
+        raise UsageError(f"binding {host} (not loopback) needs a bearer token: set "
+                         f"{TOKEN_ENV} or pass --token-file", rule="usage.token")
+    names = ["127.0.0.1", "localhost", "[::1]"] if is_loopback(host) else [host]
+    names += list(allow_hosts)
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{n}:{port}" for n in names] + [f"{n}:*" for n in allow_hosts],
+        allowed_origins=[f"http://{n}:{port}" for n in names] + list(allow_origins))
+    server = build_server(agent_dir)
+    app: App = server.streamable_http_app(streamable_http_path="/mcp",
+                                          transport_security=security,
+                                          max_request_body_size=MAX_BODY_BYTES, host=host)
+    return BearerAuth(app, token) if token else app
+
+
+def serve_http(agent_dir: str | Path, host: str, port: int, token: str | None,
+               allow_hosts: tuple[str, ...] = (), allow_origins: tuple[str, ...] = ()) -> None:
+    """Serve until interrupted; prints the endpoint's URL on stderr once listening."""
+    import logging
+
+    import uvicorn
+
+    app = build_app(agent_dir, host, port, token, allow_hosts, allow_origins)
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    shown = f"[{host}]" if ":" in host else host
+    sys.stderr.write(f"gitstate: MCP over Streamable HTTP at http://{shown}:{port}/mcp"
+                     + (" (bearer token required)" if token else "") + "\n")
+    sys.stderr.flush()
+    uvicorn.run(app, host=host.strip("[]"), port=port, log_level="warning",
+                lifespan="on")

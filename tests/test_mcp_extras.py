@@ -1,0 +1,124 @@
+"""What MCP clients expect of a state server beyond the tools: resource subscriptions that
+notify on every change (made by any process), logging/setLevel, a resource template per key
+with completion of key names, and the server's version. Real client, real server process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("mcp")
+
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.types import ResourceTemplateReference
+
+from gitstate.repo import StateRepo
+
+pytestmark = pytest.mark.anyio
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Path:
+    with StateRepo.init(tmp_path / "agent") as repo:
+        repo.set("stop_loss.2317", 262, "the 09:04 rule")
+        repo.set("stop_loss.2330", 98, "the other rule")
+        repo.set("position_cap", 3, "size")
+    return tmp_path / "agent"
+
+
+@asynccontextmanager
+async def connect(agent_dir: Path, seen: list[Any] | None = None) -> AsyncIterator[Client]:
+    async def on_message(message: Any) -> None:
+        if seen is not None:
+            seen.append(message)
+
+    params = StdioServerParameters(command=sys.executable, args=[
+        "-m", "gitstate", "--agent-dir", str(agent_dir), "mcp"], env=dict(os.environ))
+    async with Client(params, mode="legacy", message_handler=on_message,
+                      read_timeout_seconds=30) as client:
+        yield client
+
+
+def _updated(seen: list[Any]) -> list[str]:
+    uris = []
+    for message in seen:
+        root = getattr(message, "root", message)
+        if getattr(root, "method", None) == "notifications/resources/updated":
+            uris.append(str(root.params.uri))
+    return uris
+
+
+async def _wait_for(seen: list[Any], uri: str, timeout: float = 10) -> None:
+    with anyio.fail_after(timeout):
+        while uri not in _updated(seen):
+            await anyio.sleep(0.05)
+
+
+async def test_subscribers_hear_of_changes_made_by_other_processes(agent: Path) -> None:
+    """A subscriber to the section and to one key is notified when the CLI (another
+    process) changes that key; a key nobody changed sends nothing."""
+    seen: list[Any] = []
+    async with connect(agent, seen) as client:
+        assert client.server_capabilities.resources.subscribe
+        await client.subscribe_resource("gitstate://section")
+        await client.subscribe_resource("gitstate://key/stop_loss.2317")
+        await client.subscribe_resource("gitstate://key/position_cap")
+        out = subprocess.run([sys.executable, "-m", "gitstate", "--agent-dir", str(agent),
+                              "set", "stop_loss.2317", "254", "--reason", "from the CLI"],
+                             capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
+        assert out.returncode == 0, out.stderr
+        await _wait_for(seen, "gitstate://key/stop_loss.2317")
+        await _wait_for(seen, "gitstate://section")
+        assert "gitstate://key/position_cap" not in _updated(seen)
+        await client.unsubscribe_resource("gitstate://section")
+        before = len(_updated(seen))
+        await client.call_tool("working_state_set", {"key": "position_cap", "value": 2,
+                                                     "reason": "from this server"})
+        await _wait_for(seen, "gitstate://key/position_cap")
+        assert "gitstate://section" not in _updated(seen)[before:]
+
+
+async def test_key_template_and_completion(agent: Path) -> None:
+    """gitstate://key/{key} reads one entry with its chain; key names complete by prefix."""
+    async with connect(agent) as client:
+        templates = await client.list_resource_templates()
+        assert [t.uri_template for t in templates.resource_templates] == [
+            "gitstate://key/{key}"]
+        result = await client.read_resource("gitstate://key/stop_loss.2317")
+        data = json.loads(result.contents[0].text)  # type: ignore[union-attr]
+        assert data["entry"]["value"] == 262 and data["entry"]["reason"] == "the 09:04 rule"
+        assert [h["new"] for h in data["history"]] == [262]
+        done = await client.complete(ResourceTemplateReference(
+            type="ref/resource", uri="gitstate://key/{key}"), {"name": "key",
+                                                              "value": "stop_"})
+        assert done.completion.values == ["stop_loss.2317", "stop_loss.2330"]
+        absent = json.loads((await client.read_resource(
+            "gitstate://key/nothing_here")).contents[0].text)  # type: ignore[union-attr]
+        assert absent["entry"] is None and absent["history"] == []
+
+
+async def test_logging_level_and_version(agent: Path) -> None:
+    """logging/setLevel is answered, and serverInfo carries the package version."""
+    from importlib.metadata import version
+
+    async with connect(agent) as client:
+        assert client.server_capabilities.logging is not None
+        await client.set_logging_level("info")
+        assert client.server_info is not None
+        assert client.server_info.version == version("gitstate")
