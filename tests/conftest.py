@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,3 +49,21 @@ def repo(agent_dir: Path, clock: Clock) -> Iterator[StateRepo]:
         yield r
 
 
+
+
+@pytest.fixture(scope="session")
+def node_modules() -> Path:
+    """tests/js (the TypeScript SDK client, MCP Inspector) installed from its lock file with
+    npm ci, once per lock change; skipped without node and npm."""
+    js = Path(__file__).resolve().parent / "js"
+    npm, node = shutil.which("npm"), shutil.which("node")
+    if npm is None or node is None:
+        pytest.skip("node and npm are needed for the TypeScript SDK and Inspector clients")
+    marker = js / "node_modules" / ".package-lock.json"
+    lock = js / "package-lock.json"
+    if not marker.exists() or marker.stat().st_mtime < lock.stat().st_mtime:
+        out = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+                             cwd=js, capture_output=True, text=True, timeout=600, check=False)
+        if out.returncode != 0:
+            pytest.skip(f"npm ci failed (no registry?): {out.stderr[-500:]}")
+    return js / "node_modules"

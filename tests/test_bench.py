@@ -52,3 +52,9 @@ def test_lock_wait_bench_quick() -> None:
     """lock_wait.py --quick compares gitstate's lock wait with a polling wait."""
     text = _run("lock_wait.py")
     assert "gitstate (blocking flock)" in text and "polling" in text
+
+
+def test_mcp_load_bench_quick(node_modules: Path) -> None:
+    """mcp_load.py --quick runs MCP Inspector's load test over stdio and HTTP."""
+    text = _run("mcp_load.py")
+    assert "http/stdio" in text and text.count("working_state_set") == 2

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -22,22 +21,6 @@ from gitstate.repo import StateRepo
 ROOT = Path(__file__).resolve().parent.parent
 JS = ROOT / "tests" / "js"
 pytest.importorskip("mcp")
-
-
-@pytest.fixture(scope="session")
-def node_modules() -> Path:
-    """tests/js installed from its lock file (npm ci), once; skipped without npm."""
-    npm, node = shutil.which("npm"), shutil.which("node")
-    if npm is None or node is None:
-        pytest.skip("node and npm are needed for the TypeScript SDK and Inspector clients")
-    marker = JS / "node_modules" / ".package-lock.json"
-    lock = JS / "package-lock.json"
-    if not marker.exists() or marker.stat().st_mtime < lock.stat().st_mtime:
-        out = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-                             cwd=JS, capture_output=True, text=True, timeout=600, check=False)
-        if out.returncode != 0:
-            pytest.skip(f"npm ci failed (no registry?): {out.stderr[-500:]}")
-    return JS / "node_modules"
 
 
 def _server(agent: Path) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gitstate.repo import StateRepo
-from tests.test_mcp_clients import node_modules, run_ts_client  # noqa: F401  (fixture)
+from tests.test_mcp_clients import run_ts_client
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE = ROOT / "tests" / "js" / "conformance"
@@ -92,7 +92,7 @@ INIT = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": 
     "clientInfo": {"name": "raw", "version": "1"}}}).encode()
 
 
-def test_typescript_sdk_over_http(node_modules: Path, server: Server,  # noqa: F811
+def test_typescript_sdk_over_http(node_modules: Path, server: Server,
                                   tmp_path: Path) -> None:
     """The TypeScript SDK client lists, reads, writes and gets a refusal over HTTP."""
     out = run_ts_client({"url": server.url, "calls": [
@@ -119,7 +119,7 @@ def test_rebinding_hosts_origins_and_big_bodies_are_refused(server: Server) -> N
     assert _post(server.url, b"[" + b" " * (3 << 20) + b"]", {}) == 413
 
 
-def test_a_token_is_required_when_configured(agent: Path, node_modules: Path,  # noqa: F811
+def test_a_token_is_required_when_configured(agent: Path, node_modules: Path,
                                              tmp_path: Path) -> None:
     """With a bearer token set (environment variable), a request without it or with a
     wrong one gets 401; a client that sends it works."""
