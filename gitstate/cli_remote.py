@@ -134,8 +134,10 @@ def clone(obj: Ctx, url: str, directory: Path | None) -> None:
 def verify_push(old: str, new: str, ref: str, git_dir: Path) -> None:
     """Server-side check of one pushed ref update (what hooks/git/pre-receive runs).
 
-    Refuses non-fast-forward updates, commits without a reason or trailers, trailers that do
-    not replay to the committed state, and states that break the cap, limits or schema.
+    Checks every new commit exactly like a local write (docs/security.md): history (no
+    rewrite, no merge, time never before the parent), the tree (only the known files, regular
+    and bounded), the trailers and every input rule, replay to the committed state, and every
+    cap, limit and the schema. Each refusal names its rule.
     """
     from .sync import verify_push as check
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -172,34 +170,6 @@ async def test_two_clients_race_with_expected_value(agent: Path) -> None:
             assert sorted(results) == [False, True], round_
     with StateRepo(agent) as repo:
         assert repo.state().keys["counter"].value == 10
-
-
-def _inspector() -> list[str]:
-    npx = shutil.which("npx")
-    if npx is None:
-        pytest.skip("npx is not installed")
-    cmd = [npx, "-y", "@modelcontextprotocol/inspector@2.12", "--cli"]
-    probe = subprocess.run([*cmd, "--help"], capture_output=True, text=True, timeout=300,
-                           check=False)
-    if probe.returncode != 0 and "ENOTFOUND" in probe.stderr + probe.stdout:
-        pytest.skip("the npm registry is unreachable")
-    return cmd
-
-
-def test_official_inspector_cli(agent: Path) -> None:
-    """The MCP Inspector CLI lists the tools and calls working_state_get."""
-    cmd = _inspector()
-    server = [sys.executable, "-m", "gitstate", "--agent-dir", str(agent), "mcp"]
-    listed = subprocess.run([*cmd, *server, "--method", "tools/list"], capture_output=True,
-                            text=True, timeout=120, check=False)
-    assert listed.returncode == 0, listed.stderr
-    names = {t["name"] for t in json.loads(listed.stdout)["tools"]}
-    assert "working_state_get" in names and len(names) == 4
-    called = subprocess.run([*cmd, *server, "--method", "tools/call", "--tool-name",
-                             "working_state_get"], capture_output=True, text=True, timeout=120,
-                            check=False)
-    assert called.returncode == 0, called.stderr
-    assert json.loads(called.stdout)["structuredContent"]["max_keys"] == 32
 
 
 async def test_typed_state_over_mcp(agent: Path) -> None:

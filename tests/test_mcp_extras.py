@@ -24,7 +24,10 @@ from mcp.types import ResourceTemplateReference
 
 from gitstate.repo import StateRepo
 
-pytestmark = pytest.mark.anyio
+# resources/subscribe and logging/setLevel are what hosts speak today; the SDK's client marks
+# them as superseded by the 2026 revision, which is exactly what these tests exercise
+pytestmark = [pytest.mark.anyio,
+              pytest.mark.filterwarnings("ignore::mcp.MCPDeprecationWarning")]
 ROOT = Path(__file__).resolve().parent.parent
 
 

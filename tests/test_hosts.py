@@ -1,0 +1,142 @@
+"""Real agent hosts start gitstate's MCP server from the configurations in examples/ and
+connect, without a model or a login: Claude Code (`claude mcp list`, after the approval a
+project's .mcp.json needs), Gemini CLI (`gemini mcp list`, in a trusted folder) and Codex CLI
+(its app-server, which `codex mcp list` never starts). The facts docs/mcp.md reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gitstate.repo import StateRepo
+
+ROOT = Path(__file__).resolve().parent.parent
+HOSTS = ROOT / "tests" / "js" / "hosts"
+pytest.importorskip("mcp")
+
+
+@pytest.fixture(scope="session")
+def hosts() -> Path:
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is needed for the agent hosts")
+    if not (HOSTS / "node_modules" / ".package-lock.json").exists():
+        out = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+                             cwd=HOSTS, capture_output=True, text=True, timeout=900,
+                             check=False)
+        if out.returncode != 0:
+            pytest.skip(f"the agent hosts could not be installed: {out.stderr[-300:]}")
+    return HOSTS / "node_modules" / ".bin"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A project with an agent directory at .agent and a HOME of its own; gitstate first
+    on PATH, as an installed console script would be."""
+    proj = tmp_path / "proj"
+    with StateRepo.init(proj / ".agent") as repo:
+        repo.set("stop_loss.2317", 262, "the rule")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    env.pop("GITSTATE_AGENT_DIR", None)
+    return proj, env
+
+
+def _run(argv: list[str], cwd: Path, env: dict[str, str],
+         stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=cwd, env=env, input=stdin, capture_output=True, text=True,
+                          timeout=180, check=False)
+
+
+def test_claude_code_connects_once_approved(hosts: Path,
+                                            project: tuple[Path, dict[str, str]]) -> None:
+    """examples/claude-code/.mcp.json: pending approval until the folder is trusted and the
+    server enabled; then connected. Started in a subdirectory, the relative .agent breaks."""
+    proj, env = project
+    subprocess.run(["git", "init", "-q", str(proj)], check=True)  # a project is a repository
+    shutil.copy(ROOT / "examples" / "claude-code" / ".mcp.json", proj / ".mcp.json")
+    claude = [str(hosts / "claude"), "mcp", "list"]
+    assert "Pending approval" in _run(claude, proj, env).stdout
+    (proj / ".claude").mkdir()
+    (proj / ".claude" / "settings.local.json").write_text(
+        json.dumps({"enabledMcpjsonServers": ["gitstate"]}))
+    state = Path(env["HOME"]) / ".claude.json"
+    data = json.loads(state.read_text()) if state.exists() else {}
+    data["projects"] = {str(proj): {"hasTrustDialogAccepted": True}}
+    state.write_text(json.dumps(data))
+    out = _run(claude, proj, env)
+    assert "Connected" in out.stdout, out.stdout + out.stderr
+    (proj / "sub").mkdir()
+    assert "Failed to connect" in _run(claude, proj / "sub", env).stdout
+    env_abs = {**env, "GITSTATE_AGENT_DIR": str(proj / ".agent")}
+    assert "Connected" in _run(claude, proj / "sub", env_abs).stdout
+
+
+def test_gemini_connects_only_in_a_trusted_folder(hosts: Path,
+                                                  project: tuple[Path, dict[str, str]]) -> None:
+    """examples/gemini/settings.json: disabled in an untrusted folder, connected once
+    ~/.gemini/trustedFolders.json trusts it."""
+    proj, env = project
+    (proj / ".gemini").mkdir()
+    text = (ROOT / "examples" / "gemini" / "settings.json").read_text()
+    (proj / ".gemini" / "settings.json").write_text(
+        text.replace("/srv/agents/trader", str(proj / ".agent")))
+    gemini = [str(hosts / "gemini"), "mcp", "list"]
+    untrusted = _run(gemini, proj, env)
+    assert "Disabled" in untrusted.stdout + untrusted.stderr
+    trusted = Path(env["HOME"]) / ".gemini"
+    trusted.mkdir(exist_ok=True)
+    (trusted / "trustedFolders.json").write_text(json.dumps({str(proj): "TRUST_FOLDER"}))
+    out = _run(gemini, proj, env)  # (it prints the list on stderr)
+    assert "Connected" in out.stdout + out.stderr, out.stdout + out.stderr
+
+
+def test_codex_app_server_lists_the_tools(hosts: Path,
+                                          project: tuple[Path, dict[str, str]]) -> None:
+    """examples/codex/config.toml: `codex mcp list` only parses it; the app-server starts
+    the server and reports its four tools and version."""
+    proj, env = project
+    codex_home = Path(env["HOME"]) / ".codex"
+    codex_home.mkdir()
+    text = (ROOT / "examples" / "codex" / "config.toml").read_text()
+    (codex_home / "config.toml").write_text(text.replace("/srv/agents/trader",
+                                                         str(proj / ".agent")))
+    env = {**env, "CODEX_HOME": str(codex_home)}
+    listed = _run([str(hosts / "codex"), "mcp", "list"], proj, env)
+    assert "gitstate" in listed.stdout and "enabled" in listed.stdout, listed.stdout
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"clientInfo": {"name": "gitstate-tests", "title": "t", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "mcpServerStatus/list", "params": {}},
+    ]
+    proc = subprocess.Popen([str(hosts / "codex"), "app-server"], cwd=proj, env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        for request in requests:
+            proc.stdin.write(json.dumps(request) + "\n")
+        proc.stdin.flush()
+        status = None
+        for line in proc.stdout:
+            message = json.loads(line)
+            if message.get("id") == 2:
+                status = message
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+    assert status is not None and "result" in status, status
+    server = next(s for s in status["result"]["data"] if s["name"] == "gitstate")
+    assert server["serverInfo"]["name"] == "gitstate" and server["serverInfo"]["version"]
+    assert set(server["tools"]) == {"working_state_set", "working_state_clear",
+                                    "working_state_handoff", "working_state_get"}
