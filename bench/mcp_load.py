@@ -22,6 +22,9 @@ from pathlib import Path
 
 from gitstate.repo import StateRepo
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from remote import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 INSPECTOR = ROOT / "tests" / "js" / "node_modules" / ".bin" / "mcp-inspector"
 CALLS = {
@@ -40,12 +43,6 @@ def load(target: list[str], tool: str, requests: int, concurrency: int) -> dict[
         raise SystemExit(f"inspector failed ({out.returncode}): {out.stderr[-1000:]}")
     result: dict[str, object] = json.loads(out.stdout)["result"]
     return result
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def main() -> None:

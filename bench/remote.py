@@ -21,7 +21,7 @@ from gitstate.repo import StateRepo
 from gitstate.sync import clone, fleet, pull, push
 
 
-def _port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -33,7 +33,7 @@ def main() -> None:
     args = parser.parse_args()
     rounds, agents = (5, 5) if args.quick else (100, 100)
     root = Path(tempfile.mkdtemp(prefix="gitstate-remote-bench-"))
-    port = _port()
+    port = free_port()
     (root / "srv").mkdir()
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(root / "srv" / "r.git")],
                    check=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from datetime import datetime, timedelta
@@ -59,3 +60,23 @@ def assert_fsck_clean(state_dir: Path) -> None:
     out = git(state_dir, "fsck", "--strict", "--no-dangling")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "error" not in out.stderr.lower(), out.stderr
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (for a loopback server a test starts)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def install_pre_receive(bare: Path, tmp_path: Path) -> None:
+    """hooks/git/pre-receive in a bare repository, calling this checkout's gitstate."""
+    root = Path(__file__).resolve().parent.parent
+    shim = tmp_path / "bin" / "gitstate"
+    shim.parent.mkdir(exist_ok=True)
+    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m gitstate \"$@\"\n")
+    shim.chmod(0o755)
+    hook = bare / "hooks" / "pre-receive"
+    text = (root / "hooks" / "git" / "pre-receive").read_text()
+    hook.write_text(text.replace("GITSTATE=${GITSTATE:-gitstate}", f"GITSTATE={shim}"))
+    hook.chmod(0o755)

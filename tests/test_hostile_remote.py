@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from gitstate.repo import StateRepo
 from gitstate.sync import clone, pull, push
 from gitstate.trailers import Change
 from tests.forge import MODE, Forge
-from tests.helpers import GIT
+from tests.helpers import GIT, install_pre_receive
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(GIT is None, reason="needs the git CLI for bare repositories")
@@ -173,14 +172,7 @@ def guarded(world: tuple[Path, Path, Forge], tmp_path: Path) -> Path:
     bare = world[0]
     server = tmp_path / "server.git"
     subprocess.run([GIT or "git", "clone", "-q", "--bare", str(bare), str(server)], check=True)
-    shim = tmp_path / "bin" / "gitstate"
-    shim.parent.mkdir()
-    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m gitstate \"$@\"\n")
-    shim.chmod(0o755)
-    hook = server / "hooks" / "pre-receive"
-    text = (ROOT / "hooks" / "git" / "pre-receive").read_text()
-    hook.write_text(text.replace("GITSTATE=${GITSTATE:-gitstate}", f"GITSTATE={shim}"))
-    hook.chmod(0o755)
+    install_pre_receive(server, tmp_path)
     return server
 
 

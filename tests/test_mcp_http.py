@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from gitstate.repo import StateRepo
+from tests.helpers import free_port
 from tests.test_mcp_clients import run_ts_client
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,15 +28,9 @@ TOKEN = "s3cret-token-for-tests-only"
 pytest.importorskip("mcp")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Server:
     def __init__(self, agent: Path, *args: str, env: dict[str, str] | None = None) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gitstate", "--agent-dir", str(agent), "mcp", "--http",

@@ -21,16 +21,10 @@ from gitstate import audit
 from gitstate.errors import CasMismatch, Refused, StoreError
 from gitstate.repo import StateRepo
 from gitstate.sync import clone, fleet, pull, push, status
-from tests.helpers import GIT, git, run_cli
+from tests.helpers import GIT, free_port, git, install_pre_receive, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(GIT is None, reason="needs the git CLI for the servers")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _bare(root: Path, name: str = "remote.git") -> Path:
@@ -47,7 +41,7 @@ def daemon(tmp_path: Path) -> Iterator[str]:
     root = tmp_path / "srv"
     root.mkdir()
     _bare(root)
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([GIT or "git", "daemon", "--reuseaddr", "--export-all",
                              "--enable=receive-pack", f"--base-path={root}",
                              "--listen=127.0.0.1", f"--port={port}", str(root)],
@@ -216,7 +210,7 @@ def test_remote_first_race_exactly_one_wins(tmp_path: Path, daemon: str) -> None
 def test_remote_first_offline_is_refused_local_first_queues(tmp_path: Path) -> None:
     """Unreachable remote: remote-first refuses the write; local-first commits and queues."""
     repo = StateRepo.init(tmp_path / "a")
-    repo.store.set_remote_url(f"git://127.0.0.1:{_free_port()}/nothing.git")
+    repo.store.set_remote_url(f"git://127.0.0.1:{free_port()}/nothing.git")
     repo.set("k", 1, "local-first: committed, queued")
     assert status(repo)["ahead"] == 2
     repo.close()
@@ -255,22 +249,11 @@ def test_server_killed_mid_push_loses_nothing(tmp_path: Path) -> None:
         good.kill()
 
 
-def _install_pre_receive(bare: Path, tmp_path: Path) -> None:
-    shim = tmp_path / "bin" / "gitstate"
-    shim.parent.mkdir(exist_ok=True)
-    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m gitstate \"$@\"\n")
-    shim.chmod(0o755)
-    hook = bare / "hooks" / "pre-receive"
-    text = (ROOT / "hooks" / "git" / "pre-receive").read_text()
-    hook.write_text(text.replace("GITSTATE=${GITSTATE:-gitstate}", f"GITSTATE={shim}"))
-    hook.chmod(0o755)
-
-
 def test_pre_receive_refuses_bad_pushes(tmp_path: Path) -> None:
     """The server hook refuses a forced push, an amended commit and a hand-made commit that
     breaks the cap; a good push passes."""
     bare = _bare(tmp_path)
-    _install_pre_receive(bare, tmp_path)
+    install_pre_receive(bare, tmp_path)
     a = _publish(tmp_path, str(bare))
     a.set("k", 1, "good change")
     assert push(a).action == "push"  # passes the hook
@@ -348,7 +331,7 @@ def ssh_remote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)],
                        check=True)
     (d / "authorized_keys").write_text((d / "client_key.pub").read_text())
-    port = _free_port()
+    port = free_port()
     (d / "sshd_config").write_text(
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host_key'}\n"
         f"AuthorizedKeysFile {d / 'authorized_keys'}\nPermitRootLogin yes\n"
