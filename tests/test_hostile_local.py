@@ -387,3 +387,12 @@ def test_a_remote_packed_with_a_bitmap_still_pulls(tmp_path: Path) -> None:
                 subprocess.run(["git", "-C", str(bare), "gc", "-q"], check=True)
                 assert list((bare / "objects" / "pack").glob("*.bitmap"))
             assert all(c.ok for c in audit.verify(b))
+
+
+def test_verify_names_files_that_do_not_belong(repo: StateRepo) -> None:
+    """A .gitconfig (or anything else) placed in the state directory is reported."""
+    repo.set("k", 1, "r")
+    assert all(c.ok for c in audit.verify(repo))
+    (repo.state_dir / ".gitconfig").write_text("[core]\n\tfsmonitor = touch MARK\n")
+    checks = {c.name: c for c in audit.verify(repo)}
+    assert not checks["stray-files"].ok and ".gitconfig" in checks["stray-files"].detail
