@@ -157,11 +157,46 @@ def text_chars(text: str) -> int:
 
 
 def section_chars(state: State, now: datetime, compiled: dict[str, object] | None) -> int:
-    """The longest the whole section gets, in any locale (zone-independent): what
-    injection_max_chars limits at write time."""
-    return max(text_chars(render(state, now, locale, UTC,
-                                 phase_lines(compiled, state, now, locale)))
-               for locale in HEADER)
+    """The longest the whole section gets, in any locale (zone-independent: times have a
+    fixed width): what injection_max_chars limits at write time. Equal to
+    ``text_chars(render(...))``, summed from cached line sizes so a write does not render
+    every key line three times."""
+    live = state.live(now).items()
+    longest = 0
+    for locale in HEADER:
+        lines = [_line_chars(k, e, locale) for k, e in live]
+        lines += [text_chars(line) for line in phase_lines(compiled, state, now, locale)]
+        if state.handoff is not None:
+            lines.append(text_chars(handoff_line(state.handoff, locale, UTC)))
+        if lines:  # header lines and every line end in a newline
+            header = sum(text_chars(h) for h in HEADER[locale])
+            longest = max(longest, header + sum(lines) + len(HEADER[locale]) + len(lines))
+    return longest
+
+
+_LINE_OVERHEAD_BYTES = 96  # "- ", " = ", the words, two times, brackets: ≤ 70 in any locale
+
+
+def section_chars_bound(state: State, now: datetime,
+                        compiled: dict[str, object] | None) -> int:
+    """A cheap upper bound of :func:`section_chars` (UTF-8 bytes of the raw texts, which are
+    never fewer than the UTF-16 units of the flattened ones), so that a write pays for the
+    exact count only when the section comes near the limit."""
+    header = max(sum(len(h.encode()) + 1 for h in lines) for lines in HEADER.values())
+    keys = sum(len(k.encode()) + len(str(e.value).encode()) + len(e.reason.encode())
+               + _LINE_OVERHEAD_BYTES for k, e in state.live(now).items())
+    phase = max((sum(len(line.encode()) + 1 for line in phase_lines(compiled, state, now, loc))
+                 for loc in HEADER), default=0)
+    handoff = 0
+    if state.handoff is not None:
+        handoff = max(len(handoff_line(state.handoff, loc, UTC).encode()) + 1
+                      for loc in HEADER)
+    return header + keys + phase + handoff
+
+
+@functools.lru_cache(maxsize=4096)
+def _line_chars(key: str, entry: Entry, locale: str) -> int:
+    return text_chars(key_line(key, entry, locale, UTC))
 
 
 _WITHHELD = {

@@ -33,7 +33,14 @@ from .errors import (
 )
 from .model import EMPTY, STATE_FILE, Entry, Handoff, Scalar, State, format_time
 from .projection import Mark, Projection, record
-from .render import fit, phase_lines, render, section_chars, section_key_bytes
+from .render import (
+    fit,
+    phase_lines,
+    render,
+    section_chars,
+    section_chars_bound,
+    section_key_bytes,
+)
 from .schema import SCHEMA_FILE, WRITERS, Schema
 from .store import GitStore
 from .trailers import Change
@@ -765,6 +772,8 @@ class StateRepo:
         limit = self.config.injection_max_chars
         schema = self.schema_at(base)
         compiled = schema.compiled() if schema else None
+        if section_chars_bound(after, now, compiled) <= limit:
+            return  # far from the limit: the exact count is not needed
         size = section_chars(after, now, compiled)
         if size <= limit or size <= section_chars(before, now, compiled):
             return

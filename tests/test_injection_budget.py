@@ -8,12 +8,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gitstate.errors import InjectionTooLarge
-from gitstate.render import HEADER, section_chars, text_chars
+from gitstate.model import Entry, Handoff, State
+from gitstate.render import HEADER, section_chars, section_chars_bound, text_chars
 from gitstate.repo import StateRepo
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,3 +139,26 @@ def test_a_runtime_with_a_smaller_budget_keeps_every_key_line(tmp_path: Path) ->
 def test_budget_counts_what_a_javascript_host_counts() -> None:
     """Characters outside the BMP (emoji) count twice, as in a JavaScript string."""
     assert text_chars("262") == 3 and text_chars("倉") == 1 and text_chars("📈") == 2
+
+
+TEXT = st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=60)
+
+
+@settings(max_examples=200, deadline=None)
+@given(entries=st.lists(st.tuples(st.from_regex(r"[a-z][a-z0-9._]{0,20}", fullmatch=True),
+                                  st.one_of(TEXT, st.integers(), st.floats(allow_nan=False,
+                                            allow_infinity=False), st.booleans()), TEXT),
+                        max_size=32),
+       note=st.one_of(st.none(), TEXT))
+def test_the_cheap_bound_never_undercounts(entries: list[tuple[str, object, str]],
+                                           note: str | None) -> None:
+    """A write skips the exact count only when the cheap bound is within the limit: the bound
+    must never be below the real size, whatever the texts (CJK, emoji, controls)."""
+    now = datetime(2026, 8, 13, 2, tzinfo=UTC)
+    keys = {k: Entry(v, "2026-08-13T01:00:00Z", r, "agent",  # type: ignore[arg-type]
+                     "2026-08-14T01:00:00Z" if i % 2 else None)
+            for i, (k, v, r) in enumerate(entries)}
+    handoff = Handoff(note, "2026-08-13T01:00:00Z", "agent", status="continue",
+                      next_steps=note) if note else None
+    state = State(keys, handoff)
+    assert section_chars(state, now, None) <= section_chars_bound(state, now, None)
