@@ -482,7 +482,10 @@ class GitStore:
     @contextlib.contextmanager
     def _quarantine(self) -> Iterator[GitStore]:
         """A bare repository inside .git whose object store reads ours through alternates,
-        with our refs (so a fetch negotiates what we have); removed on the way out."""
+        with our refs (so a fetch negotiates what we have); removed on the way out. Callers
+        hold the write lock, so a quarantine already there was left by a killed fetch."""
+        for stale in self.git_dir.glob(INCOMING_PREFIX + "*"):
+            shutil.rmtree(stale, ignore_errors=True)
         path = self.git_dir / f"{INCOMING_PREFIX}{os.getpid()}-{os.urandom(4).hex()}"
         Repo.init_bare(str(path), mkdir=True, default_branch=b"main").close()
         (path / "objects" / "info").mkdir(parents=True, exist_ok=True)

@@ -316,3 +316,17 @@ def test_git_processes_never_run_repository_config(world: tuple[Path, Path, Forg
     clone(str(bare), tmp_path / "c").close()
     assert not mark.exists()
     shutil.rmtree(tmp_path / "c")
+
+
+def test_a_killed_fetch_leaves_nothing_used(world: tuple[Path, Path, Forge]) -> None:
+    """A quarantine left by a fetch that was killed is removed by the next fetch, and its
+    objects were never part of the repository."""
+    _bare, b, forge = world
+    forge.commit(_set("k", 1))
+    left = b / "state" / ".git" / "gitstate-incoming-999-dead"
+    (left / "objects").mkdir(parents=True)
+    (left / "objects" / "junk").write_text("x")
+    with StateRepo(b) as repo:
+        assert pull(repo).action == "fast-forward"
+        assert all(c.ok for c in audit.verify(repo))
+    assert not left.exists()
