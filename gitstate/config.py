@@ -12,12 +12,12 @@ import os
 from datetime import UTC, datetime, tzinfo
 
 from .errors import ConfigError
+from .layout import CONFIG_FILE as CONFIG_FILE  # re-exported for callers
 
 TYPE_CHECKING = False  # not `from typing import`: typing costs ~3 ms per wake-up
 if TYPE_CHECKING:
     from typing import Any
 
-CONFIG_FILE = "config.toml"
 LOCALES = ("zh-TW", "en", "ja")
 MAX_CONFIG_BYTES = 256 * 1024
 

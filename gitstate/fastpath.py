@@ -18,15 +18,18 @@ from datetime import UTC, datetime
 
 from .config import load_config, resolve_tz
 from .errors import NotInitialized
-from .layout import STATE_MAX_BYTES
+from .layout import (
+    BRANCH,
+    SCHEMA_CACHE_FILE,
+    STAMP_FILE,
+    STATE_DIR,
+    STATE_MAX_BYTES,
+    parse_stamp,
+)
 from .model import STATE_FILE, State
 from .render import fit, phase_lines, render, text_chars
 from .safefile import read_regular
 from .textsafe import dumps
-
-STAMP = "gitstate-stamp"
-BRANCH = "refs/heads/main"
-
 
 try:  # the builtin module imports in microseconds; hashlib loads OpenSSL (~3 ms)
     from _sha1 import sha1  # type: ignore[import-not-found]
@@ -67,17 +70,17 @@ def _head_fast(state_dir: str | os.PathLike[str]) -> tuple[State, dict[str, obje
     """(HEAD's state, the compiled schema or None), or None when only the slow path can tell."""
     git_dir = os.path.join(state_dir, ".git")
     try:
-        fields = _read(os.path.join(git_dir, STAMP), 256).decode("ascii").split()
+        stamp = parse_stamp(_read(os.path.join(git_dir, STAMP_FILE), 256))
         data = _read(os.path.join(state_dir, STATE_FILE), STATE_MAX_BYTES)
-    except (OSError, UnicodeDecodeError):  # absent, not a regular file, too large: slow path
+    except OSError:  # absent, not a regular file, too large: the slow path decides
         return None
-    if len(fields) != 3 or _read_ref(git_dir) != fields[0]:
+    if stamp is None or _read_ref(git_dir) != stamp[0]:
         return None
-    commit, blob, schema_blob = fields
+    commit, blob, schema_blob = stamp
     compiled = None
     if schema_blob != "-":
         try:
-            compiled = json.loads(_read(os.path.join(git_dir, "gitstate-schema.json"), 1 << 20))
+            compiled = json.loads(_read(os.path.join(git_dir, SCHEMA_CACHE_FILE), 1 << 20))
         except (OSError, ValueError, RecursionError):
             return None
         if not isinstance(compiled, dict) or compiled.get("blob") != schema_blob:
@@ -101,7 +104,7 @@ def section(
     """The section for a wake-up, and warnings for stderr (hand edits, a withheld handoff).
     ``max_chars`` is the receiving runtime's budget (see ``render.fit``)."""
     config = load_config(agent_dir)
-    state_dir = os.path.join(agent_dir, "state")
+    state_dir = os.path.join(agent_dir, STATE_DIR)
     if not os.path.isdir(os.path.join(state_dir, ".git")):
         raise NotInitialized(f"{agent_dir} has no gitstate repository; run `gitstate init`")
     if not config.enabled:

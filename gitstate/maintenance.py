@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from . import safefile
 from .errors import Refused
+from .layout import PID_FILE
 
 if TYPE_CHECKING:
     from .repo import StateRepo
 
-PID_FILE = "gitstate-gc.pid"
 STALE_SECONDS = 3600
 
 

@@ -11,6 +11,9 @@ import json
 import math
 from datetime import UTC, datetime
 
+from .layout import HISTORY_FILE as HISTORY_FILE  # re-exported for callers
+from .layout import STATE_FILE as STATE_FILE
+
 TYPE_CHECKING = False  # not `from typing import`: typing costs ~3 ms per wake-up
 
 if TYPE_CHECKING:  # typing, dataclasses and decimal are kept off the wake-up path
@@ -19,8 +22,6 @@ if TYPE_CHECKING:  # typing, dataclasses and decimal are kept off the wake-up pa
 
 Scalar = str | int | float | bool
 FORMAT_VERSION = 1
-STATE_FILE = "working_state.json"
-HISTORY_FILE = "working_state_history.jsonl"
 
 HANDOFF_STATUSES = ("continue", "complete", "blocked")
 

@@ -31,6 +31,7 @@ from .errors import (
     StoreError,
     UsageError,
 )
+from .layout import HAND_EDITS_DIR, STATE_DIR
 from .model import EMPTY, STATE_FILE, Entry, Handoff, Scalar, State, format_time
 from .projection import Mark, Projection, record
 from .render import (
@@ -45,7 +46,6 @@ from .schema import SCHEMA_FILE, WRITERS, Schema
 from .store import GitStore
 from .trailers import Change
 
-STATE_DIR = "state"
 HISTORY_IN_GET = 20
 
 
@@ -704,7 +704,7 @@ class StateRepo:
         return warnings
 
     def _save_hand_edits(self, names: tuple[str, ...]) -> list[tuple[str, Path]]:
-        keep = self.state_dir / ".git" / "gitstate-hand-edits"
+        keep = self.state_dir / ".git" / HAND_EDITS_DIR
         keep.mkdir(exist_ok=True)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
         saved = []

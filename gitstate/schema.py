@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
+from . import layout
 from .errors import InvalidInput
 from .model import Scalar, State
 
-SCHEMA_FILE = "schema.yaml"
-MAX_SCHEMA_BYTES = 64 * 1024
+SCHEMA_FILE = layout.SCHEMA_FILE
+MAX_SCHEMA_BYTES = layout.SCHEMA_MAX_BYTES
 TYPES = ("string", "integer", "number", "boolean", "enum", "percent")
 WRITERS = ("agent", "runtime", "human")
 _PERCENT = re.compile(r"(-?[0-9]+(?:\.[0-9]+)?)%")

@@ -38,18 +38,23 @@ from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
-from . import faults, gitcli, locking, safefile
+from . import faults, gitcli, layout, locking, safefile
 from .errors import NotInitialized, StoreError
-from .layout import TREE_FILES
+from .layout import (
+    FETCHED_REF,
+    FILE_MODE,
+    INCOMING_PREFIX,
+    LOCK_FILE,
+    REMOTE_REF,
+    SCHEMA_FILE,
+    STAMP_FILE,
+    STATE_FILE,
+    TREE_FILES,
+    WRITING_FILE,
+)
 
-BRANCH = Ref(b"refs/heads/main")
+BRANCH = Ref(layout.BRANCH.encode())
 ZERO = ObjectID(b"0" * 40)
-LOCK_FILE = "gitstate.lock"
-STAMP_FILE = "gitstate-stamp"
-SCHEMA_FILE = "schema.yaml"  # (gitstate.schema owns its meaning; the store only tracks it)
-WRITING_FILE = "gitstate-writing"
-INCOMING_PREFIX = "gitstate-incoming-"  # quarantines of fetches in flight (see fetch)
-FILE_MODE = 0o100644
 T = TypeVar("T")
 ObjT = TypeVar("ObjT", bound=ShaFile)
 
@@ -494,7 +499,7 @@ class GitStore:
         try:
             incoming = GitStore(path)
             incoming.repo.object_store.fsync_object_files = True
-            for name in (BRANCH.decode(), "refs/remotes/origin/main"):
+            for name in (BRANCH.decode(), REMOTE_REF):
                 current = self.ref(name)
                 if current is not None:
                     incoming.repo.refs[Ref(name.encode())] = ObjectID(current.encode())
@@ -534,7 +539,7 @@ class GitStore:
         self._fsync_dirs(touched)
 
     def _fetch_with_git(self, url: str) -> str | None:
-        scratch = "refs/gitstate/fetched"
+        scratch = FETCHED_REF
         out = gitcli.run(self.path, ["fetch", "--no-tags", "--no-write-fetch-head", "-q",
                                      "--", url, f"+{BRANCH.decode()}:{scratch}"], timeout=600)
         if out.returncode != 0:
@@ -632,22 +637,19 @@ class GitStore:
         write_index_dict(buf, entries, version=2)
         raw = buf.getvalue()
         atomic_write(self.git_dir / "index", raw + hashlib.sha1(raw).digest(), fsync=False)
-        from .model import STATE_FILE
-
-        # "<commit> <state blob> <schema blob or ->": what the render fast path checks.
-        stamp = f"{commit} {ids.get(STATE_FILE, '')} {ids.get(SCHEMA_FILE, '-')}\n".encode()
+        stamp = layout.format_stamp(commit, ids.get(STATE_FILE, ""), ids.get(SCHEMA_FILE))
         atomic_write(self.git_dir / STAMP_FILE, stamp, fsync=False)
 
     def worktree_matches_stamp(self, commit: str) -> bool:
         """The cheap check (the render fast path's): the stamp names ``commit`` and the
         working tree file hashes to the stamped blob."""
-        from .model import STATE_FILE
-
         try:
-            stamp_commit, blob, schema_blob = safefile.read_regular(
-                self.git_dir / STAMP_FILE, 256).decode("ascii").split()
-        except (OSError, ValueError, UnicodeDecodeError):
+            stamp = layout.parse_stamp(safefile.read_regular(self.git_dir / STAMP_FILE, 256))
+        except OSError:
             return False
+        if stamp is None:
+            return False
+        stamp_commit, blob, schema_blob = stamp
         ids = self.file_ids(commit)
         if stamp_commit != commit or ids.get(STATE_FILE) != blob or \
                 ids.get(SCHEMA_FILE, "-") != schema_blob or \

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import foreign
 from .errors import GitStateError, Refused, StoreError, UsageError
+from .layout import BRANCH, REMOTE_REF
+from .layout import UNPUSHED_PREFIX as UNPUSHED
 from .model import EMPTY, STATE_FILE, State, format_time
 from .replay import ReplayError, apply_change
 from .schema import SCHEMA_FILE
@@ -32,9 +34,6 @@ if TYPE_CHECKING:
     from .repo import StateRepo
     from .store import GitStore
 
-REMOTE_REF = "refs/remotes/origin/main"
-UNPUSHED = "refs/gitstate/unpushed/"
-BRANCH = "refs/heads/main"
 
 
 @dataclass

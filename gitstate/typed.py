@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import rules
 from .errors import InvalidInput, Refused
+from .layout import SCHEMA_CACHE_FILE
 from .model import Entry, State, format_time
 from .schema import SCHEMA_FILE, Schema, compiled_json, parse_schema
 from .store import atomic_write
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from .repo import StateRepo, WriteResult
 
 REQUEST_WINDOW = 1000  # how many recent commits a request id is remembered for
-SCHEMA_CACHE = "gitstate-schema.json"
+SCHEMA_CACHE = SCHEMA_CACHE_FILE
 
 
 def request_fingerprint(request_id: str, args: tuple[Any, ...]) -> dict[str, str]:
