@@ -132,6 +132,9 @@ def _check_commit(store: GitStore, commit: str, before: State, previous_time: in
     except NotAGitstateCommit as exc:
         raise _Refusal("commit.no_trailers", f"no gitstate trailers (made outside gitstate: "
                        f"{exc})") from exc
+    if change.op == "init" and previous_time is not None:
+        raise _Refusal("commit.init_not_root", "an init commit after the first one would wipe "
+                       "every key at once; only a history's root may be an init")
     try:
         _check_change(change, before, commit_time, config)
         after = apply_change(before, change, commit_time)

@@ -121,6 +121,9 @@ ATTACKS: dict[str, tuple[Attack, str]] = {
     "unknown-op": (lambda f, t: f.commit(Change(op="format-disk", reason="x", actor="agent"),
                                          state=f.state()), "replay.invalid"),
     "merge-with-foreign-parent": (_merge, "commit.merge"),
+    "init-wipes-everything": (lambda f, t: f.commit(Change(
+        op="init", reason="Initialize gitstate working state", actor="agent")),
+        "commit.init_not_root"),
 }
 
 
