@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from gitstate.repo import StateRepo
+from tests.helpers import HttpServer
 
 ROOT = Path(__file__).resolve().parent.parent
 JS = ROOT / "tests" / "js"
@@ -40,15 +41,21 @@ def run_ts_client(plan: dict[str, Any], tmp: Path) -> dict[str, Any]:
     return result
 
 
-def run_inspector(agent: Path, tool: str, args: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    """One tools/call through the Inspector CLI; returns (exit status, its JSON output)."""
+def run_inspector(target: Path | str, tool: str,
+                  args: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """One tools/call through the Inspector CLI, to a server it starts on stdio for an
+    agent directory, or to an HTTP endpoint's URL; returns (exit status, its JSON output)."""
     inspector = JS / "node_modules" / ".bin" / "mcp-inspector"
-    server = _server(agent)
     argv = [str(inspector), "--cli"]
-    for name, value in server["env"].items():
-        argv += ["-e", f"{name}={value}"]
-    argv += [server["command"], *server["args"], "--method", "tools/call", "--tool-name", tool,
-             "--tool-args-json", json.dumps(args)]
+    if isinstance(target, Path):
+        server = _server(target)
+        for name, value in server["env"].items():
+            argv += ["-e", f"{name}={value}"]
+        argv += [server["command"], *server["args"]]
+    else:
+        argv.append(target)
+    argv += ["--method", "tools/call", "--tool-name", tool, "--tool-args-json",
+             json.dumps(args)]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     text = out.stdout.strip()
     data: dict[str, Any] = json.loads(text) if text.startswith("{") else {"raw": text}
@@ -91,6 +98,43 @@ AT_CAP: list[Call] = [
     ("working_state_handoff", {"note": "n", "status": "complete", "evidence": "e" * 20_000},
      "handoff.max_bytes", ("16384",)),
     ("working_state_handoff", {"note": "   "}, "handoff.empty", ()),
+    ("working_state_set", {"key": "k01", "value": "x" * 1001, "reason": "r"},
+     "value.too_long", ()),
+    ("working_state_set", {"key": "k01", "value": "a\x1b[2J", "reason": "r"},
+     "value.control", ()),
+    ("working_state_set", {"key": "k01", "value": "2\u03366\u03362\u0336", "reason": "r"},
+     "value.combining", ()),
+    ("working_state_set", {"key": "k" * 120 + "..x", "value": 1, "reason": "r"}, "key.dots",
+     ()),
+    ("working_state_set", {"key": "k01", "value": 1, "reason": "a\n--- b"},
+     "reason.divider", ()),
+    ("working_state_set", {"key": "k01", "value": 1, "reason": "ok\u202e"},
+     "reason.invisible", ()),
+    ("working_state_set", {"key": "k01", "value": 1, "reason": "ok \x07"}, "reason.control",
+     ()),
+    ("working_state_handoff", {"note": "n", "status": "blocked", "blocker": "b" * 9000},
+     "injection.max_chars", ("Shorten the handoff",)),
+]
+SCHEMA = """\
+version: 1
+unknown_keys: reject
+keys:
+  mode: {type: enum, values: [calm, alert], writers: [agent], nullable: false}
+  ticket: {type: string, pattern: "^T-[0-9]+$", writers: [agent]}
+  level: {type: integer, min: 0, max: 10, writers: [agent]}
+  owner: {type: string, writers: [runtime]}
+"""
+TYPED: list[Call] = [
+    ("working_state_set", {"key": "mode", "value": "panic", "reason": "r"}, "schema.enum",
+     ("calm",)),
+    ("working_state_set", {"key": "ticket", "value": "X-1", "reason": "r"}, "schema.pattern",
+     ()),
+    ("working_state_set", {"key": "level", "value": 11, "reason": "r"}, "schema.range", ()),
+    ("working_state_set", {"key": "level", "value": "3", "reason": "r"}, "schema.type", ()),
+    ("working_state_set", {"key": "owner", "value": "me", "reason": "r"}, "schema.writer", ()),
+    ("working_state_set", {"key": "nobody_declared", "value": 1, "reason": "r"},
+     "schema.unknown_key", ()),
+    ("working_state_clear", {"key": "mode", "reason": "r"}, "schema.not_nullable", ()),
 ]
 SUCCESSES: list[Call] = [
     ("working_state_get", {}, None, ("stop_loss.2317",)),
@@ -112,6 +156,18 @@ def at_cap(tmp_path: Path) -> Path:
     with StateRepo.init(agent) as repo:
         repo.set("stop_loss.2317", 262, "the 09:04 rule")
         _fill(repo, 31)
+    return agent
+
+
+@pytest.fixture
+def typed(tmp_path: Path) -> Path:
+    """A schema with an agent-writable enum (not nullable), pattern and range keys, and a
+    runtime-only key."""
+    agent = tmp_path / "agent3"
+    with StateRepo.init(agent) as repo:
+        repo.set_schema(SCHEMA, "typed state for the client tests")
+    with StateRepo(agent, writer="agent") as repo:
+        repo.set("mode", "calm", "start calm")
     return agent
 
 
@@ -146,7 +202,7 @@ def _check(result: dict[str, Any], rule: str | None, texts: tuple[str, ...],
 
 
 def test_typescript_sdk_reads_every_refusal_and_success(node_modules: Path, at_cap: Path,
-                                                        stored_cap: Path,
+                                                        stored_cap: Path, typed: Path,
                                                         tmp_path: Path) -> None:
     """TypeScript SDK 1.x: every refusal and every tool's success is a readable result."""
     calls = AT_CAP + SUCCESSES
@@ -161,6 +217,10 @@ def test_typescript_sdk_reads_every_refusal_and_success(node_modules: Path, at_c
         {"tool": "working_state_set", "arguments": {"key": "brand_new", "value": 1,
                                                    "reason": "r"}}]}, tmp_path)
     _check(stored["results"][0], "keys.stored_cap", ("old0",), "stored cap")
+    schema = run_ts_client({**_server(typed), "calls": [{"tool": t, "arguments": a}
+                                                        for t, a, _, _ in TYPED]}, tmp_path)
+    for (tool, args, rule, texts), result in zip(TYPED, schema["results"], strict=True):
+        _check(result, rule, texts, f"{tool} {args}")
 
 
 def test_typescript_sdk_gets_input_errors_as_results(node_modules: Path, at_cap: Path,
@@ -177,20 +237,27 @@ def test_typescript_sdk_gets_input_errors_as_results(node_modules: Path, at_cap:
 
 
 def test_inspector_reads_every_refusal_and_success(node_modules: Path, at_cap: Path,
-                                                   stored_cap: Path) -> None:
-    """MCP Inspector CLI 2.12: the same calls, one process each (refusals in parallel: they
-    write nothing; then the successes in order). It exits 5 for a tool error it could
-    read, and 1 when the result broke the output schema."""
-    def one(call: Call, agent: Path = at_cap) -> tuple[Call, int, dict[str, Any]]:
-        code, data = run_inspector(agent, call[0], call[1])
-        return call, code, data
-
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        refused = list(pool.map(one, AT_CAP))
-    done = [one(call) for call in SUCCESSES]
-    refused.append(one(("working_state_set", {"key": "brand_new", "value": 1, "reason": "r"},
-                        "keys.stored_cap", ("old0",)), stored_cap))
-    for (tool, args, rule, texts), code, data in refused + done:
+                                                   stored_cap: Path, typed: Path) -> None:
+    """MCP Inspector CLI 2.12: the same calls. The issue's own command runs over stdio (a
+    server per call); the rest go to one HTTP server per state, the same client code without
+    a second's server start per call. Inspector exits 5 for a tool error it could read, and
+    1 when a result broke the output schema."""
+    stdio_code, stdio = run_inspector(at_cap, *AT_CAP[0][:2])
+    results: list[tuple[Call, int, dict[str, Any]]] = [(AT_CAP[0], stdio_code, stdio)]
+    for agent, calls in ((at_cap, AT_CAP[1:] + SUCCESSES), (typed, TYPED), (stored_cap, [
+            ("working_state_set", {"key": "brand_new", "value": 1, "reason": "r"},
+             "keys.stored_cap", ("old0",))])):
+        server = HttpServer(agent)
+        try:
+            refusals = [c for c in calls if c[2] is not None]
+            with ThreadPoolExecutor(max_workers=4) as pool:  # refusals write nothing
+                results += list(pool.map(
+                    lambda c, url=server.url: (c, *run_inspector(url, c[0], c[1])), refusals))
+            results += [(c, *run_inspector(server.url, c[0], c[1])) for c in calls
+                        if c[2] is None]  # successes in order
+        finally:
+            server.stop()
+    for (tool, args, rule, texts), code, data in results:
         what = f"{tool} {args}"
         assert "structuredContent" in data, (what, code, data)
         text = "\n".join(c["text"] for c in data["content"] if c["type"] == "text")
