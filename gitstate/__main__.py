@@ -57,14 +57,15 @@ def _fast(command: str, agent_dir: str, opts: dict[str, str]) -> int:
         except ValueError:
             sys.stderr.write(f"gitstate: error: --now {opts['now']!r} is not an ISO 8601 time\n")
             return 2
-    budget = None
+    budget = config = None
     if command == "hook":
         from .config import load_config
 
         try:  # a hook's budget: the runtime's own limit, never more than config.toml's
-            budget = load_config(agent_dir).injection_max_chars
+            config = load_config(agent_dir)
+            budget = config.injection_max_chars
         except GitStateError:
-            budget = None  # section() reports the config error below
+            pass  # section() reads it again and reports the error
         if "max-chars" in opts:
             budget = int(opts["max-chars"])
         if opts["runtime"] == "claude-code":
@@ -73,7 +74,7 @@ def _fast(command: str, agent_dir: str, opts: dict[str, str]) -> int:
             budget = min(budget or CLAUDE_CODE_MAX_CHARS, CLAUDE_CODE_MAX_CHARS)
     try:
         text, warnings = section(agent_dir, locale=opts.get("locale"), now=now,
-                                 max_chars=budget)
+                                 max_chars=budget, config=config)
     except GitStateError as exc:
         sys.stderr.write(f"gitstate: error [{exc.rule}]: {exc.message}\n")
         # A hook must never block the agent's prompt (exit 2 does in Claude Code).

@@ -16,7 +16,7 @@ import os
 import sys
 from datetime import UTC, datetime
 
-from .config import load_config, resolve_tz
+from .config import Config, load_config, resolve_tz
 from .errors import NotInitialized
 from .layout import (
     BRANCH,
@@ -100,10 +100,12 @@ CLAUDE_CODE_MAX_CHARS = 10_000  # what Claude Code keeps of a hook's additionalC
 def section(
     agent_dir: str | os.PathLike[str], *, locale: str | None = None,
     now: datetime | None = None, max_chars: int | None = None,
+    config: Config | None = None,
 ) -> tuple[str, list[str]]:
     """The section for a wake-up, and warnings for stderr (hand edits, a withheld handoff).
-    ``max_chars`` is the receiving runtime's budget (see ``render.fit``)."""
-    config = load_config(agent_dir)
+    ``max_chars`` is the receiving runtime's budget (see ``render.fit``); ``config`` spares
+    reading config.toml again when the caller has it."""
+    config = config or load_config(agent_dir)
     state_dir = os.path.join(agent_dir, STATE_DIR)
     if not os.path.isdir(os.path.join(state_dir, ".git")):
         raise NotInitialized(f"{agent_dir} has no gitstate repository; run `gitstate init`")
