@@ -13,17 +13,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from gitstate.repo import StateRepo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from remote import free_port
+from remote import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 INSPECTOR = ROOT / "tests" / "js" / "node_modules" / ".bin" / "mcp-inspector"
@@ -65,11 +63,7 @@ def main() -> None:
         server = subprocess.Popen([*stdio, "--http", "--port", str(port)],
                                   stderr=subprocess.DEVNULL, start_new_session=True)
         try:
-            deadline = time.monotonic() + 30
-            while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
-                if time.monotonic() > deadline:
-                    raise SystemExit("the HTTP server did not start")
-                time.sleep(0.05)
+            wait_for_port(port, "the HTTP server", 30)
             http = [f"http://127.0.0.1:{port}/mcp"]
             print(f"MCP Inspector --load: {requests} requests, {args.concurrency} in flight, "
                   f"a 21-key state ({os.cpu_count()} cores)")

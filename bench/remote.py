@@ -27,6 +27,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_for_port(port: int, what: str, seconds: float) -> None:
+    """Until something listens on 127.0.0.1:``port``; exits the benchmark after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{what} did not start")
+        time.sleep(0.05)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -45,11 +57,7 @@ def main() -> None:
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)
     try:
-        deadline = time.monotonic() + 10
-        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
-            if time.monotonic() > deadline:
-                raise SystemExit("git daemon did not start")
-            time.sleep(0.05)
+        wait_for_port(port, "git daemon", 10)
         url = f"git://127.0.0.1:{port}/r.git"
         a = StateRepo.init(root / "a")
         a.set("stop_loss.2317", 262, "rule")
