@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from gitstate.audit import fleet
 from gitstate.repo import StateRepo
-from gitstate.sync import clone, fleet, pull, push
 
 
 def free_port() -> int:
@@ -62,16 +62,16 @@ def main() -> None:
         a = StateRepo.init(root / "a")
         a.set("stop_loss.2317", 262, "rule")
         a.store.set_remote_url(url)
-        push(a)
-        b = clone(url, root / "b")
+        a.push()
+        b = StateRepo.clone(url, root / "b")
         push_ms, pull_ms = [], []
         for i in range(rounds):
             a.set("stop_loss.2317", 300 + i, f"change {i}")
             start = time.perf_counter()
-            push(a)
+            a.push()
             push_ms.append((time.perf_counter() - start) * 1000)
             start = time.perf_counter()
-            pull(b)
+            b.pull()
             pull_ms.append((time.perf_counter() - start) * 1000)
         print(f"loopback git daemon, one change, {rounds} rounds     median ms")
         print(f"  push (with lease)                         {statistics.median(push_ms):>8.2f}")

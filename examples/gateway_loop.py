@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from gitstate.errors import GitStateError
-from gitstate.fastpath import section
-from gitstate.repo import UNSET, StateRepo
+from gitstate import UNSET, GitStateError, StateRepo, section
 
 BASE_PROMPT = "You are the trading employee. Patrol the 2317 position."
 STALE_NOTE = "journal 08-12: stop-loss 250 (-5% per strategy document)"

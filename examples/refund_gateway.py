@@ -14,8 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gitstate.model import State
-from gitstate.repo import StateRepo
+from gitstate import State, StateRepo
 
 SCHEMA = Path(__file__).with_name("schemas") / "refund.yaml"
 
@@ -64,7 +63,7 @@ def run(agent_dir: Path) -> list[str]:
         for tool, args in [("refund", {}), ("get_ticket", {"id": "T1"}), ("refund", {}),
                            ("search", {"q": "anything else?"}), ("finish", {})]:
             offered = gateway.advertised()
-            log.append(f"phase={repo.get()['phase']} offered={offered} call={tool} -> "
+            log.append(f"phase={repo.get().phase} offered={offered} call={tool} -> "
                        f"{gateway.handle(tool, args)}")
         return log
 

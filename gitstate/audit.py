@@ -12,12 +12,13 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import gitcli, safefile
-from .errors import HistoryRewritten, LockTimeout, StoreError, UsageError
+from .errors import GitStateError, HistoryRewritten, LockTimeout, StoreError, UsageError
 from .layout import TREE_FILES
-from .model import HISTORY_FILE, STATE_FILE, Handoff, State, parse_time
+from .model import HISTORY_FILE, STATE_FILE, Handoff, State, format_time, parse_time
 from .projection import Mark, record
 from .replay import ReplayError, apply_change
 from .trailers import NotAGitstateCommit, parse_message
@@ -251,7 +252,7 @@ def _snapshot(repo: StateRepo) -> tuple[str, Mark, WorktreeStatus]:
     with contextlib.ExitStack() as stack:
         with contextlib.suppress(OSError, LockTimeout):
             stack.enter_context(repo.store.lock(timeout=10))
-        mark, head = repo.snapshot()
+        mark, head = repo.reader.snapshot()
         return head, mark, repo.store.worktree_status(head)
 
 
@@ -336,3 +337,36 @@ def _reason(message: bytes) -> str:
         return parse_message(message).reason.strip()
     except NotAGitstateCommit:
         return message.decode("utf-8", "replace").strip()
+
+
+def fleet(root: Path, expiring_hours: float = 4.0,
+          progress: Any = None) -> list[dict[str, Any]]:
+    """One row per agent directory under ``root`` (directories holding state/.git)."""
+    from .repo import StateRepo
+
+    agents = sorted({p.parent.parent for p in root.glob("**/state/.git")})
+    rows = []
+    for agent in (progress(agents) if progress else agents):
+        row: dict[str, Any] = {"agent": str(agent.relative_to(root))}
+        try:
+            with StateRepo(agent) as repo:
+                now = repo.now()
+                live = repo.state().live(now)
+                last = repo.history(1)[0]
+                soon = format_time(datetime.fromtimestamp(
+                    now.timestamp() + expiring_hours * 3600, UTC))
+                st = repo.sync_status()
+                failed = [c.name for c in verify(repo, use_git=False) if not c.ok]
+                row.update({
+                    "live_keys": len(live),
+                    "last_change": {"time": last["time"], "actor": last["actor"],
+                                    "reason": last["reason"].splitlines()[0]},
+                    "expiring": sorted(k for k, e in live.items()
+                                       if e.expires_at and e.expires_at <= soon),
+                    "verify": "ok" if not failed else "FAIL " + ",".join(failed),
+                    "ahead": st["ahead"], "behind": st["behind"],
+                    "remote": st["remote_url"]})
+        except GitStateError as exc:
+            row.update({"error": f"[{exc.rule}] {exc.message}"})
+        rows.append(row)
+    return rows

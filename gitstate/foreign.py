@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from . import rules
+from . import checks, rules
 from .config import Config
 from .errors import GitStateError, InvalidInput
 from .layout import FILE_MODE, REQUIRED, SCHEMA_FILE, STATE_FILE, TREE_FILES
 from .model import EMPTY, State, parse_time
-from .render import section_chars, section_key_bytes
 from .replay import ReplayError, apply_change
+from .schema import Schema, parse_schema
 from .trailers import Change, NotAGitstateCommit, parse_message
 
 if TYPE_CHECKING:
@@ -149,8 +149,9 @@ def _check_commit(store: GitStore, commit: str, before: State, previous_time: in
     if hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() != ids[STATE_FILE]:
         raise _Refusal("replay.mismatch", f"{STATE_FILE} differs from what the trailers say "
                        "(the state was changed without an audited operation)")
-    compiled = _check_schema(store, commit, before, after) if SCHEMA_FILE in ids else None
-    _check_whole(before, after, datetime.fromtimestamp(commit_time, UTC), config, compiled)
+    schema = _schema(store, commit) if SCHEMA_FILE in ids else None
+    checks.whole_state(before, after, datetime.fromtimestamp(commit_time, UTC), config,
+                       schema, writer=None)
     return after, commit_time
 
 
@@ -194,8 +195,6 @@ def _check_change(change: Change, before: State, commit_time: int, config: Confi
         if op == "set":
             rules.check_value(change.new)
             _check_expiry(change.expires_at, commit_time)
-            if key not in before.keys:
-                rules.check_twin(key, before.keys)
     elif op == "handoff" and change.handoff is not None:
         _check_handoff(change.handoff, config)
     elif op in ("adopt", "observe"):
@@ -208,7 +207,6 @@ def _check_adopt(adopt: dict[str, Any] | None, before: State, commit_time: int,
     keys = data.get("keys", {})
     if not isinstance(keys, dict):
         raise InvalidInput("Gitstate-Adopt keys must be an object", rule="trailer.adopt")
-    seen = set(before.keys)
     for key, spec in keys.items():
         rules.check_key(key)
         if spec is None:
@@ -218,9 +216,6 @@ def _check_adopt(adopt: dict[str, Any] | None, before: State, commit_time: int,
                                rule="trailer.adopt")
         rules.check_value(spec["value"])
         _check_expiry(spec.get("expires_at"), commit_time)
-        if key not in seen:
-            rules.check_twin(key, seen)
-            seen.add(key)
     handoff = data.get("handoff")
     if handoff:
         if not isinstance(handoff, dict):
@@ -261,41 +256,12 @@ def _check_expiry(expires: object, commit_time: int) -> None:
                            "after the commit", rule="ttl.range")
 
 
-def _check_schema(store: GitStore, commit: str, before: State,
-                  after: State) -> dict[str, object]:
-    from .schema import parse_schema
-
+def _schema(store: GitStore, commit: str) -> Schema:
     text = store.read_file(commit, SCHEMA_FILE) or b""
     try:
-        schema = parse_schema(text.decode("utf-8"))
+        return parse_schema(text.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise _Refusal("schema.encoding", "schema.yaml is not UTF-8") from exc
-    for key in sorted(before.keys.keys() | after.keys.keys()):
-        entry = after.keys.get(key)
-        if entry is not None and entry != before.keys.get(key):
-            schema.check_write(key, entry.value, "runtime")
-    return schema.compiled()
-
-
-def _check_whole(before: State, after: State, moment: datetime, config: Config,
-                 compiled: dict[str, object] | None) -> None:
-    """The whole-state limits; a limit already broken before (a config lowered since) only
-    refuses a commit that makes it worse."""
-    stored = len(after.keys)
-    if stored > config.max_stored_keys and stored > len(before.keys):
-        raise _Refusal("keys.stored_cap", f"{stored} stored keys exceed the limit of "
-                       f"{config.max_stored_keys} (expired ones included)")
-    live, live_before = len(after.live(moment)), len(before.live(moment))
-    if live > config.max_keys and live > live_before:
-        raise _Refusal("keys.cap", f"{live} live keys exceed the cap of {config.max_keys}")
-    size = section_key_bytes(after, moment)
-    if size > config.section_max_bytes and size > section_key_bytes(before, moment):
-        raise _Refusal("section.max_bytes", f"the key lines take {size} bytes; the limit is "
-                       f"{config.section_max_bytes}")
-    chars = section_chars(after, moment, compiled)
-    if chars > config.injection_max_chars and chars > section_chars(before, moment, compiled):
-        raise _Refusal("injection.max_chars", f"the section would be {chars} characters; the "
-                       f"limit is {config.injection_max_chars}")
 
 
 def summary(problems: list[Problem], limit: int = 5) -> str:

@@ -10,6 +10,8 @@ committed and all of them re-derivable or safe to lose.
 
 from __future__ import annotations
 
+VERSION = "0.1.0"  # the package version, the same as pyproject.toml's (a test checks)
+
 # -- the agent directory and the repository ------------------------------------------------
 CONFIG_FILE = "config.toml"
 STATE_DIR = "state"

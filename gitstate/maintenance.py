@@ -22,23 +22,24 @@ from .errors import Refused
 from .layout import PID_FILE
 
 if TYPE_CHECKING:
-    from .repo import StateRepo
+    from .config import Config
+    from .reader import StateReader
+    from .store import GitStore
 
 STALE_SECONDS = 3600
 
 
-def maybe_start(repo: StateRepo, commit: str) -> bool:
+def maybe_start(store: GitStore, agent_dir: Path, config: Config, commit: str) -> bool:
     """After a write: start background maintenance when loose objects pile up."""
-    objects = repo.store.last_objects or [commit]
-    if not repo.config.auto_gc or \
-            repo.store.loose_estimate(objects) < repo.config.gc_loose_objects:
+    objects = store.last_objects or [commit]
+    if not config.auto_gc or store.loose_estimate(objects) < config.gc_loose_objects:
         return False
-    pid_path = repo.state_dir / ".git" / PID_FILE
+    pid_path = store.git_dir / PID_FILE
     if not _claim(pid_path, write_pid=False):  # empty until the child's pid is known
         return False
     try:
         child = subprocess.Popen(  # detached: the write returns at once
-            [sys.executable, "-m", "gitstate", "--agent-dir", str(repo.agent_dir), "gc",
+            [sys.executable, "-m", "gitstate", "--agent-dir", str(agent_dir), "gc",
              "--auto"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
     except OSError:
@@ -117,18 +118,18 @@ def _write_pid(pid_path: Path, pid: int) -> None:
     os.replace(tmp, pid_path)
 
 
-def run_gc(repo: StateRepo, auto: bool = False) -> dict[str, Any]:
+def run_gc(reader: StateReader, auto: bool = False) -> dict[str, Any]:
     """Pack now; returns the figures. The pid file marks the run (``auto``: maybe_start
     claimed it already), so `verify` waits rather than read a half-moved object store."""
-    pid_path = repo.state_dir / ".git" / PID_FILE
+    pid_path = reader.store.git_dir / PID_FILE
     if not auto and not _claim(pid_path):
         raise Refused("maintenance is already running on this repository", rule="gc.running")
     start = time.perf_counter()
     try:
-        figures = repo.store.gc()
+        figures = reader.store.gc()
     finally:
         with contextlib.suppress(FileNotFoundError):
             pid_path.unlink()
-    commits = len(repo.full_history())
+    commits = len(reader.full_history())
     return {**figures, "commits": commits, "seconds": round(time.perf_counter() - start, 3),
             "bytes_per_commit": round(figures["bytes_after"] / max(commits, 1), 1)}

@@ -36,11 +36,14 @@ from mcp.types import (
     ToolAnnotations,
     UnsubscribeRequestParams,
 )
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from . import textsafe
 from .errors import GitStateError
-from .repo import UNSET, StateRepo
+from .mcp_schema import StateOut, WriteOut
+from .planners import UNSET, Expected
+from .repo import StateRepo
+from .results import refusal, to_json
 
 log = logging.getLogger("gitstate.mcp")
 SECTION_URI = "gitstate://section"
@@ -82,96 +85,6 @@ def _declared_keys(repo: StateRepo) -> str:
     return "\n".join(lines)
 
 
-class EntryOut(BaseModel):
-    value: str | int | float | bool
-    set_at: str = Field(description="UTC ISO 8601")
-    reason: str
-    actor: str
-    expires_at: str | None = None
-    expired: bool | None = None
-
-
-class HandoffOut(BaseModel):
-    note: str
-    left_at: str
-    actor: str
-    status: str | None = None
-    next_steps: str | None = None
-    evidence: str | None = None
-    blocker: str | None = None
-
-
-def _one_of(success: list[str]) -> dict[str, Any]:
-    """Both shapes of a result in one object schema (see docs/mcp.md, "Refusals"): a client
-    that reads only ``properties`` sees every field; a validating one (the TypeScript SDK,
-    MCP Inspector) checks each shape exactly, told apart by ``ok``."""
-    return {"oneOf": [
-        {"properties": {"ok": {"const": True}}, "required": ["ok", *success]},
-        {"properties": {"ok": {"const": False}}, "required": ["ok", "error", "message"]},
-    ]}
-
-
-class Refusal(BaseModel):
-    """The fields of a refusal (``ok`` false); every result model carries them."""
-
-    model_config = ConfigDict(extra="allow")  # a rule may add what the caller needs to retry
-
-    ok: bool = Field(description="true: the call succeeded; false: it was refused or failed, "
-                     "and nothing was written.")
-    error: str | None = Field(None, description="(ok false) The rule that refused the call, "
-                              "e.g. cas.mismatch, keys.cap, key.charset; internal for a failure.")
-    message: str | None = Field(None, description="(ok false) What happened and what to do.")
-    current: EntryOut | None = Field(None, description="(cas.mismatch) The key's current "
-                                     "entry in HEAD: value, reason, set time.")
-    expected: str | int | float | bool | None = Field(None, description="(cas.mismatch) The "
-                                                      "value the call expected.")
-    live_key_names: list[str] | None = Field(None, description="(keys.cap) The live keys; "
-                                             "clear one of them first.")
-
-
-class WriteOut(Refusal):
-    model_config = ConfigDict(extra="allow",
-                              json_schema_extra=_one_of(["op", "commit", "live_keys",
-                                                         "max_keys"]))
-
-    op: str | None = Field(None, description="(ok true) set, clear or handoff.")
-    commit: str | None = Field(None, description="(ok true) The git commit that recorded "
-                               "this change.")
-    key: str | None = None
-    old: EntryOut | None = None
-    new: EntryOut | None = None
-    handoff: HandoffOut | None = None
-    truncated: bool = Field(False, description="True when a plain note was cut to fit.")
-    replayed: bool = Field(False, description="True when this answers a retried request_id.")
-    reverted: str | None = None
-    overridden: list[dict[str, Any]] = []
-    live_keys: int | None = Field(None, description="(ok true) Live keys after the write.")
-    max_keys: int | None = Field(None, description="The live-key cap.")
-    warnings: list[str] = []
-
-
-class StateOut(Refusal):
-    model_config = ConfigDict(extra="allow",
-                              json_schema_extra=_one_of(["head", "now", "keys", "live_keys",
-                                                         "max_keys"]))
-
-    head: str | None = Field(None, description="The commit id of the state.")
-    now: str | None = None
-    keys: dict[str, EntryOut] | None = Field(None, description="Every key; expired ones "
-                                             "are marked.")
-    handoff: HandoffOut | None = None
-    history: list[dict[str, Any]] = Field([], description="Recent changes, newest first.")
-    schema_version: int | None = None
-    phase: str | None = Field(None, description="The current phase (typed state).")
-    allowed_tools: list[str] | None = Field(
-        None, description="Tools the current phase allows; null when no phases are declared.")
-    live_keys: int | None = None
-    max_keys: int | None = None
-    section_bytes: int | None = None
-    section_max_bytes: int | None = None
-    warnings: list[str] = []
-
-
 WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                         open_world_hint=False)
 READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
@@ -179,13 +92,11 @@ READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_h
 
 
 def _refusal(exc: GitStateError) -> CallToolResult:
-    """A refusal as a tool error whose structured content fits the tool's output schema."""
+    """A refusal as a tool error whose structured content fits the tool's output schema
+    (the same JSON the CLI prints with --json)."""
     hint = {"keys.cap": " Clear a key that no longer matters (working_state_clear) first."
             }.get(exc.rule, "")
-    details = dict(exc.details)
-    if isinstance(details.get("live_keys"), list):  # live_keys is a count in a result
-        details["live_key_names"] = details.pop("live_keys")
-    content = {**details, "ok": False, "error": exc.rule, "message": exc.message}
+    content = to_json(refusal(exc))
     message = exc.message if exc.message.endswith(".") else exc.message + "."
     return CallToolResult(content=[TextContent(type="text", text=textsafe.visible(
         f"[{exc.rule}] {message}{hint}"))], structured_content=content, is_error=True)
@@ -201,11 +112,10 @@ def _unexpected(exc: Exception, tool: str) -> CallToolResult:
                           is_error=True)
 
 
-def _ok(model: BaseModel) -> CallToolResult:
-    # the text leaves out the empty refusal fields; the structured form keeps every field
-    return CallToolResult(
-        content=[TextContent(type="text", text=model.model_dump_json(exclude_none=True))],
-        structured_content=model.model_dump(mode="json"))
+def _ok(result: object) -> CallToolResult:
+    content = to_json(result)
+    return CallToolResult(content=[TextContent(type="text", text=json.dumps(
+        content, ensure_ascii=False))], structured_content=content)
 
 
 def build_server(agent_dir: str | Path) -> MCPServer:
@@ -259,11 +169,11 @@ def build_server(agent_dir: str | Path) -> MCPServer:
             description="Compare-and-swap: refuse unless the key is absent.")] = False,
         request_id: RequestId = None,
     ) -> Annotated[CallToolResult, WriteOut]:
-        expected: Any = None if expect_absent else (
+        expected: Expected = None if expect_absent else (
             UNSET if expected_value is None else expected_value)
-        return call("working_state_set", lambda: WriteOut.model_validate(repo.set(
+        return call("working_state_set", lambda: repo.set(
             key, value, reason, ttl_hours=ttl_hours, expected=expected,
-            request_id=request_id).to_dict()))
+            request_id=request_id))
 
     @server.tool(name="working_state_clear", annotations=WRITE, description=(
         "Retire one key (one audited commit); its history stays in the log. `reason` is "
@@ -276,9 +186,9 @@ def build_server(agent_dir: str | Path) -> MCPServer:
             description="Compare-and-swap: refuse unless the key currently holds this.")] = None,
         request_id: RequestId = None,
     ) -> Annotated[CallToolResult, WriteOut]:
-        expected: Any = UNSET if expected_value is None else expected_value
-        return call("working_state_clear", lambda: WriteOut.model_validate(
-            repo.clear(key, reason, expected=expected, request_id=request_id).to_dict()))
+        expected: Expected = UNSET if expected_value is None else expected_value
+        return call("working_state_clear", lambda: repo.clear(
+            key, reason, expected=expected, request_id=request_id))
 
     @server.tool(name="working_state_handoff", annotations=WRITE, description=(
         "Overwrite the one handoff note: what your next wake-up needs to know. Leave one before "
@@ -302,16 +212,15 @@ def build_server(agent_dir: str | Path) -> MCPServer:
         = None,
         request_id: RequestId = None,
     ) -> Annotated[CallToolResult, WriteOut]:
-        return call("working_state_handoff", lambda: WriteOut.model_validate(repo.handoff(
+        return call("working_state_handoff", lambda: repo.handoff(
             note, status=status, next_steps=next_steps, evidence=evidence,
-            blocker=blocker, request_id=request_id).to_dict()))
+            blocker=blocker, request_id=request_id))
 
     @server.tool(name="working_state_get", annotations=READ, description=(
         "Read everything: all keys (expired ones included and marked), the handoff note, "
         "recent history of changes, the commit id, the live-key count and the cap."))
     def working_state_get() -> Annotated[CallToolResult, StateOut]:
-        return call("working_state_get", lambda: StateOut.model_validate(
-            {"ok": True, **repo.get()}))
+        return call("working_state_get", repo.get)
 
     @server.resource(SECTION_URI, name="working-state-section", mime_type="text/plain",
                      description="The section injected at the tail of every wake-up's prompt.")
@@ -337,7 +246,7 @@ def build_server(agent_dir: str | Path) -> MCPServer:
     @server.resource(STATE_URI, name="working-state", mime_type="application/json",
                      description="The whole working state as JSON (as working_state_get).")
     def state_resource() -> str:
-        return StateOut.model_validate({"ok": True, **repo.get()}).model_dump_json(indent=2)
+        return json.dumps(to_json(repo.get()), ensure_ascii=False, indent=2)
 
     return server
 
@@ -371,13 +280,13 @@ class Watcher:
         self.subscribers.get(session, set()).discard(uri)
 
     async def run(self) -> None:
-        from .fastpath import _read_ref
+        from .fastpath import read_ref
 
         git_dir = str(self.repo.state_dir / ".git")
-        last = _read_ref(git_dir)
+        last = read_ref(git_dir)
         while True:
             await anyio.sleep(self.interval)
-            head = _read_ref(git_dir)
+            head = read_ref(git_dir)
             if head == last or head is None:
                 continue
             before, last = last, head
@@ -451,9 +360,9 @@ def _version() -> str:
     try:
         return version("gitstate")
     except PackageNotFoundError:  # run from a source tree that was never installed
-        from . import __version__
+        from .layout import VERSION
 
-        return __version__
+        return VERSION
 
 
 def serve(agent_dir: str | Path) -> None:

@@ -109,19 +109,19 @@ class _Record:
     """A small immutable record (dataclasses would cost 7 ms of imports per wake-up)."""
 
     __slots__ = ()
-    _fields: tuple[str, ...] = ()
+    field_names: tuple[str, ...] = ()
 
-    def _values(self) -> tuple[object, ...]:
-        return tuple(getattr(self, name) for name in self._fields)
+    def astuple(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self.field_names)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self._values() == other._values()
+        return type(other) is type(self) and self.astuple() == other.astuple()
 
     def __hash__(self) -> int:
-        return hash(self._values())
+        return hash(self.astuple())
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
+        args = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.field_names)
         return f"{type(self).__name__}({args})"
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -136,7 +136,7 @@ class Entry(_Record):
     """One key's current value and where it came from."""
 
     __slots__ = ("actor", "expires_at", "reason", "set_at", "value")
-    _fields = ("value", "set_at", "reason", "actor", "expires_at")
+    field_names = ("value", "set_at", "reason", "actor", "expires_at")
     value: Scalar
     set_at: str
     reason: str
@@ -185,7 +185,7 @@ class Handoff(_Record):
     """The one handoff note, plain or structured."""
 
     __slots__ = ("actor", "blocker", "evidence", "left_at", "next_steps", "note", "status")
-    _fields = ("note", "left_at", "actor", "status", "next_steps", "evidence", "blocker")
+    field_names = ("note", "left_at", "actor", "status", "next_steps", "evidence", "blocker")
     note: str
     left_at: str
     actor: str
@@ -242,7 +242,7 @@ class State(_Record):
     """Everything working_state.json holds: the key table and the handoff."""
 
     __slots__ = ("handoff", "keys")
-    _fields = ("keys", "handoff")
+    field_names = ("keys", "handoff")
     keys: dict[str, Entry]
     handoff: Handoff | None
     __hash__ = None  # type: ignore[assignment]  # holds a dict

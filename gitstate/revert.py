@@ -6,24 +6,19 @@ them through the one write path, with every rule (key cap, section size) still a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from datetime import datetime
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from . import rules
 from .config import Config
 from .errors import InvalidInput, Refused
 from .model import Entry, Handoff, State, format_time, parse_time
-from .store import CommitInfo
+from .planners import Base, Plan
+from .results import Overridden, WriteResult
 from .trailers import Change, NotAGitstateCommit, parse_message
 
-
-@dataclass
-class Plan:
-    state: State
-    change: Change
-    recreated: list[str] = field(default_factory=list)
-    conflicts: list[dict[str, Any]] = field(default_factory=list)
+if TYPE_CHECKING:
+    from .store import CommitInfo
 
 
 def _same(a: Entry | None, b: Entry | None) -> bool:
@@ -32,9 +27,11 @@ def _same(a: Entry | None, b: Entry | None) -> bool:
     return type(a.value) is type(b.value) and a.value == b.value and a.expires_at == b.expires_at
 
 
-def plan_revert(info: CommitInfo, before: State, after: State, current: State, now: datetime,
-                reason: str, actor: str, force: bool) -> Plan:
-    """Restore, for every key and the handoff ``info`` changed, the value before it."""
+def plan_revert(base: Base, info: CommitInfo, before: State, after: State, *, reason: str,
+                actor: str, force: bool) -> Plan:
+    """Restore, for every key and the handoff ``info`` changed, the value before it
+    (``before`` and ``after``: the states around ``info``)."""
+    current, now = base.state, base.now
     try:
         original = parse_message(info.message)
     except NotAGitstateCommit:
@@ -50,7 +47,6 @@ def plan_revert(info: CommitInfo, before: State, after: State, current: State, n
     when = format_time(now)
     state = current
     conflicts: list[dict[str, Any]] = []
-    recreated: list[str] = []
     touched: dict[str, Entry | None] = {}
     for key in sorted(before.keys.keys() | after.keys.keys()):
         old, new = before.keys.get(key), after.keys.get(key)
@@ -62,8 +58,6 @@ def plan_revert(info: CommitInfo, before: State, after: State, current: State, n
                               "current": cur.to_dict() if cur else None})
         restored = None if old is None else Entry(old.value, when, reason, actor,
                                                    old.expires_at)
-        if restored is not None and cur is None:
-            recreated.append(key)
         touched[key] = restored
         state = state.with_key(key, restored)
     handoff_changed = before.handoff != after.handoff
@@ -85,7 +79,9 @@ def plan_revert(info: CommitInfo, before: State, after: State, current: State, n
         raise InvalidInput(f"{info.id[:12]} changed nothing to revert", rule="revert.empty")
     change = _change_for(current, touched, handoff_changed, restored_handoff, reason, actor)
     change = replace(change, reverts=info.id)
-    return Plan(state, change, recreated, conflicts)
+    result = WriteResult("revert", "", key=change.key, reverted=info.id,
+                         overridden=[Overridden(**c) for c in conflicts])
+    return Plan(state, change, result, schema=base.schema)
 
 
 def _change_for(current: State, touched: dict[str, Entry | None], handoff_changed: bool,
@@ -112,9 +108,9 @@ def _change_for(current: State, touched: dict[str, Entry | None], handoff_change
     return Change(op="adopt", reason=reason, actor=actor, adopt=adopt)
 
 
-def plan_adopt(current: State, edited: bytes, now: datetime, reason: str, actor: str,
-               config: Config) -> Plan:
+def plan_adopt(base: Base, edited: bytes, config: Config, *, reason: str, actor: str) -> Plan:
     """Validate a hand-edited working_state.json and plan committing its differences."""
+    current, now = base.state, base.now
     try:
         wanted = State.from_bytes(edited)
     except (ValueError, KeyError, TypeError) as exc:
@@ -123,7 +119,6 @@ def plan_adopt(current: State, edited: bytes, now: datetime, reason: str, actor:
     when = format_time(now)
     state = current
     touched: dict[str, Entry | None] = {}
-    recreated = []
     for key in sorted(current.keys.keys() | wanted.keys.keys()):
         old, new = current.keys.get(key), wanted.keys.get(key)
         if new is None:
@@ -141,8 +136,6 @@ def plan_adopt(current: State, edited: bytes, now: datetime, reason: str, actor:
         if old is not None and _same(old, new):
             continue
         touched[key] = Entry(new.value, when, reason, actor, new.expires_at)
-        if old is None:
-            recreated.append(key)
     for key, entry in touched.items():
         state = state.with_key(key, entry)
     handoff_changed = _handoff_fields(current.handoff) != _handoff_fields(wanted.handoff)
@@ -167,7 +160,7 @@ def plan_adopt(current: State, edited: bytes, now: datetime, reason: str, actor:
         if handoff_changed:
             adopt["handoff"] = handoff.fields() if handoff else None
         change = Change(op="adopt", reason=reason, actor=actor, adopt=adopt)
-    return Plan(state, change, recreated)
+    return Plan(state, change, WriteResult("adopt", ""), schema=base.schema)
 
 
 def _handoff_fields(handoff: Handoff | None) -> dict[str, str | None] | None:

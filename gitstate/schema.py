@@ -21,6 +21,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -98,8 +99,9 @@ class Schema:
 
     # -- validation ---------------------------------------------------------------------
 
-    def check_write(self, key: str, value: Scalar, writer: str) -> Scalar:
-        """Validate one set; returns the value to store (coerced only where allowed)."""
+    def check_write(self, key: str, value: Scalar, writer: str | None) -> Scalar:
+        """Validate one set; returns the value to store (coerced only where allowed).
+        ``writer`` None checks the value only (a commit that arrived from elsewhere)."""
         spec = self.spec(key)
         if spec is None:
             if self.unknown_keys == "reject":
@@ -107,7 +109,7 @@ class Schema:
                                    f"{self.version}); declared: {self.declared()}",
                                    rule="schema.unknown_key", key=key)
             return value
-        if writer not in spec.writers:
+        if writer is not None and writer not in spec.writers:
             raise InvalidInput(f"{key} may be set only by {'/'.join(spec.writers)}, not by "
                                f"{writer}", rule="schema.writer", key=key, writer=writer)
         return check_value(spec, key, value)
@@ -149,6 +151,12 @@ class Schema:
         return ", ".join(s.name for s in self.keys)
 
     # -- phases -------------------------------------------------------------------------
+
+    def allowed_tools(self, state: State, now: datetime) -> list[str] | None:
+        """The tools the current phase allows; None when no phases are declared."""
+        if self.phase_key is None or not self.tools:
+            return None
+        return list(self.tools.get(self.phase(state, state.live(now)) or "", ()))
 
     def phase(self, state: State, live: dict[str, Any]) -> str | None:
         """The current phase: the phase key's live value, else its enum's first value."""

@@ -16,50 +16,27 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 from . import foreign
+from .engine import Commit, WriteEngine
 from .errors import GitStateError, Refused, StoreError, UsageError
-from .layout import BRANCH, REMOTE_REF
+from .layout import BRANCH, REMOTE_REF, SCHEMA_FILE, STATE_DIR, STATE_FILE
 from .layout import UNPUSHED_PREFIX as UNPUSHED
-from .model import EMPTY, STATE_FILE, State, format_time
+from .maintree import MainTree
+from .model import EMPTY, State
 from .replay import ReplayError, apply_change
-from .schema import SCHEMA_FILE
+from .results import SyncResult
+from .store import ZERO, GitStore
 from .trailers import NotAGitstateCommit, parse_message
 
-if TYPE_CHECKING:
-    from .repo import StateRepo
-    from .store import GitStore
+T = TypeVar("T")
 
 
-
-@dataclass
-class SyncResult:
-    action: str
-    head: str
-    remote: str | None
-    pushed: int = 0
-    rebased: int = 0
-    refused: list[dict[str, Any]] = field(default_factory=list)
-    kept_on: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ok": not self.refused, "action": self.action, "head": self.head,
-                "remote": self.remote, "pushed": self.pushed, "rebased": self.rebased,
-                "refused": self.refused, "kept_on": self.kept_on}
-
-
-def _url(repo: StateRepo) -> str:
-    url = repo.store.remote_url()
-    if not url:
-        raise UsageError("no remote: run `gitstate remote set URL` first", rule="remote.none")
-    return url
-
-
-def _network(action: str, fn: Any, *args: Any) -> Any:
+def _network(action: str, fn: Callable[..., T], *args: Any) -> T:
     try:
         return fn(*args)
     except GitStateError:
@@ -74,101 +51,6 @@ def _network(action: str, fn: Any, *args: Any) -> Any:
                          rule="remote.unreachable") from exc
 
 
-def push(repo: StateRepo) -> SyncResult:
-    """Publish local commits with a lease; re-apply them on a remote that moved on."""
-    url = _url(repo)
-    with repo._mutex, repo.store.lock():
-        result = SyncResult("push", repo.head(), repo.store.ref(REMOTE_REF))
-        for _ in range(10):
-            local, lease = repo.head(), repo.store.ref(REMOTE_REF)
-            if local == lease:
-                result.action = "rebased" if result.rebased or result.refused else "up-to-date"
-                result.head = result.remote = local
-                return result
-            if _network("push", repo.store.push, url, lease, local):
-                repo.store.move_ref(REMOTE_REF, lease, local)
-                result.pushed += sum(1 for _ in repo.store.walk(local, lease))
-                result.head = result.remote = local
-                return result
-            def check(incoming: GitStore, remote: str, lease: str | None = lease) -> None:
-                if lease and not incoming.is_ancestor(lease, remote):
-                    raise StoreError(f"the remote's main ({remote[:12]}) does not descend from "
-                                     f"the commit last seen there ({lease[:12]}): it was "
-                                     "rewritten. Nothing was pushed.", rule="remote.rewritten",
-                                     remote=remote)
-                # the remote's new commits become the base of ours: checked like a pull
-                _refuse_foreign(foreign.check_range(incoming, lease, remote, repo.config),
-                                "the remote's new commits")
-
-            remote = _network("fetch", repo.store.fetch, url, check)
-            rebased, refused, kept = _rebase(repo, lease, remote, local)
-            result.rebased += rebased
-            result.refused += refused
-            result.kept_on = result.kept_on or kept
-            repo.store.move_ref(REMOTE_REF, lease, remote)
-        raise StoreError("the remote kept moving; try again", rule="remote.contention")
-
-
-def _rebase(repo: StateRepo, lease: str | None, remote: str | None,
-            local: str) -> tuple[int, list[dict[str, Any]], str | None]:
-    """Re-apply the local commits after ``lease`` on top of ``remote``; move main there."""
-    from .projection import Projection
-
-    mine = list(repo.store.walk(local, lease))
-    mine.reverse()
-    base = remote
-    state = repo.state_at(remote) if remote else EMPTY
-    refused: list[dict[str, Any]] = []
-    applied = 0
-    for info in mine:
-        before = repo.state_at(info.parents[0]) if info.parents else EMPTY
-        after = repo.state_at(info.id)
-        touched = sorted(k for k in before.keys.keys() | after.keys.keys()
-                         if before.keys.get(k) != after.keys.get(k))
-        moved = [k for k in touched if state.keys.get(k) != before.keys.get(k)]
-        try:
-            change = parse_message(info.message)
-            if moved:
-                raise Refused(f"{', '.join(moved)} changed on the remote since",
-                              rule="remote.conflict")
-            new_state = apply_change(state, change, info.time)
-            files: dict[str, bytes | None] = {STATE_FILE: new_state.to_bytes()}
-            if change.op == "schema":
-                files[SCHEMA_FILE] = repo.store.read_file(info.id, SCHEMA_FILE)
-            when = max(info.time, repo.store.commit_times(base)[1]) if base else info.time
-            candidate = repo.store.make_commit(base, files, info.message,
-                                               info.author.encode(), when, 0, author_time=when)
-            problems = foreign.check_range(repo.store, base, candidate, repo.config)
-            if problems:  # the same checks as any write, on the remote's state
-                raise Refused(foreign.summary(problems), rule=problems[0].rule)
-        except (GitStateError, NotAGitstateCommit, ReplayError) as exc:
-            refused.append({
-                "commit": info.id, "reason": info.message.decode("utf-8", "replace")
-                .split("\n\n")[0], "rule": getattr(exc, "rule", "remote.conflict"),
-                "message": getattr(exc, "message", str(exc)),
-                "local": {k: _entry(after, k) for k in touched},
-                "remote": {k: _entry(state, k) for k in touched}})
-            continue
-        base = candidate
-        state = new_state
-        applied += 1
-    kept = None
-    if refused:
-        kept = UNPUSHED + datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-        repo.store.move_ref(kept, None, local)
-    new_head = base or local
-    if not repo.store.move_ref(BRANCH, local, new_head):
-        raise StoreError("main moved during the rebase", rule="store.contention")
-    repo.store.checkout(new_head)
-    Projection(repo.state_dir).rebuild(repo.store, new_head)
-    return applied, refused, kept
-
-
-def _entry(state: State, key: str) -> dict[str, Any] | None:
-    entry = state.keys.get(key)
-    return entry.to_dict() if entry else None
-
-
 def _refuse_foreign(problems: list[foreign.Problem], what: str) -> None:
     if problems:
         raise Refused(f"{what} do not pass the checks every write passes, so nothing of them "
@@ -176,129 +58,241 @@ def _refuse_foreign(problems: list[foreign.Problem], what: str) -> None:
                       problems=[p.to_dict() for p in problems])
 
 
-def before_remote_first_write(repo: StateRepo) -> None:
-    """remote-first mode, lock held: fetch and fast-forward so the write bases on the remote."""
-    url = _url(repo)
-    local, lease = repo.head(), repo.store.ref(REMOTE_REF)
-
-    def check(incoming: GitStore, remote: str) -> None:
-        if remote == local:
-            return
-        if not incoming.is_ancestor(local, remote):
-            raise Refused("remote-first mode needs local main to be published first: run "
-                          "`gitstate push` (local and remote differ)", rule="remote.diverged")
-        _refuse_foreign(foreign.check_range(incoming, local, remote, repo.config),
-                        "the remote's new commits")
-
-    remote = _network("fetch", repo.store.fetch, url, check)
-    if remote is None or remote == local:
-        return
-    repo.store.move_ref(BRANCH, local, remote)
-    repo.store.move_ref(REMOTE_REF, lease, remote)
-    _refresh(repo, remote)
+def _entry(state: State, key: str) -> dict[str, Any] | None:
+    entry = state.keys.get(key)
+    return entry.to_dict() if entry else None
 
 
-def _refresh(repo: StateRepo, head: str) -> None:
-    """After main moved by sync: the working tree, schema cache and projection follow."""
-    repo.store.checkout(head)
-    repo._refresh_schema_cache(head)
-    repo.projection.catch_up(repo.store, head)
+class Remote:
+    """Main's remote: push, pull, status, and (remote-first mode) the engine's committer."""
 
+    def __init__(self, engine: WriteEngine, tree: MainTree) -> None:
+        self.engine = engine
+        self.tree = tree
+        self.reader = engine.reader
+        self.store = engine.reader.store
+        self.config = engine.config
 
-def commit_remote_first(repo: StateRepo, base: str, files: dict[str, bytes | None],
-                        message: bytes, identity: bytes, when: int, tz: int) -> str | None:
-    """remote-first mode: the push is the compare-and-swap. Returns the new commit, or None
-    when the remote moved (local main is then fast-forwarded, and the write starts over)."""
-    url = _url(repo)
-    new = repo.store.make_commit(base, files, message, identity, when, tz)
-    lease = repo.store.ref(REMOTE_REF)
-    if _network("push", repo.store.push, url, base if lease else None, new):
-        if not repo.store.move_ref(BRANCH, base, new):
-            raise StoreError("main moved during a remote-first write", rule="store.contention")
-        repo.store.move_ref(REMOTE_REF, lease, new)
-        return new
-    before_remote_first_write(repo)
-    return None
+    def url(self) -> str:
+        url = self.store.remote_url()
+        if not url:
+            raise UsageError("no remote: run `gitstate remote set URL` first",
+                             rule="remote.none")
+        return url
 
+    def _move_main(self, old: str, new: str, lease: str | None, what: str) -> None:
+        if not self.store.move_ref(BRANCH, old, new):
+            raise StoreError(f"main moved during {what}", rule="store.contention")
+        self.store.move_ref(REMOTE_REF, lease, new)
 
-def pull(repo: StateRepo) -> SyncResult:
-    """Fast-forward only; a diverged or rewritten remote is reported, never merged."""
-    url = _url(repo)
-    with repo._mutex, repo.store.lock():
-        local = repo.head()
-        lease = repo.store.ref(REMOTE_REF)
+    # -- push ---------------------------------------------------------------------------
+
+    def push(self) -> SyncResult:
+        """Publish local commits with a lease; re-apply them on a remote that moved on."""
+        url = self.url()
+        with self.engine.locked():
+            result = SyncResult("push", self.reader.head(), self.store.ref(REMOTE_REF))
+            for _ in range(10):
+                local, lease = self.reader.head(), self.store.ref(REMOTE_REF)
+                if local == lease:
+                    result.action = "rebased" if result.rebased or result.refused \
+                        else "up-to-date"
+                    result.head = result.remote = local
+                    return result
+                if _network("push", self.store.push, url, lease, local):
+                    self.store.move_ref(REMOTE_REF, lease, local)
+                    result.pushed += sum(1 for _ in self.store.walk(local, lease))
+                    result.head = result.remote = local
+                    return result
+
+                def check(incoming: GitStore, remote: str, lease: str | None = lease) -> None:
+                    if lease and not incoming.is_ancestor(lease, remote):
+                        raise StoreError(f"the remote's main ({remote[:12]}) does not descend "
+                                         f"from the commit last seen there ({lease[:12]}): it "
+                                         "was rewritten. Nothing was pushed.",
+                                         rule="remote.rewritten", remote=remote)
+                    # the remote's new commits become the base of ours: checked like a pull
+                    _refuse_foreign(foreign.check_range(incoming, lease, remote, self.config),
+                                    "the remote's new commits")
+
+                remote = _network("fetch", self.store.fetch, url, check)
+                rebased, refused, kept = self._rebase(lease, remote, local)
+                result.rebased += rebased
+                result.refused += refused
+                result.kept_on = result.kept_on or kept
+                self.store.move_ref(REMOTE_REF, lease, remote)
+            raise StoreError("the remote kept moving; try again", rule="remote.contention")
+
+    def _rebase(self, lease: str | None, remote: str | None,
+                local: str) -> tuple[int, list[dict[str, Any]], str | None]:
+        """Re-apply the local commits after ``lease`` on top of ``remote``; move main
+        there. Each is checked as a commit arriving from elsewhere (``foreign``: the same
+        whole-state check as any write) on the remote's state."""
+        store, reader = self.store, self.reader
+        mine = list(store.walk(local, lease))
+        mine.reverse()
+        base = remote
+        state = reader.state_at(remote) if remote else EMPTY
+        refused: list[dict[str, Any]] = []
+        applied = 0
+        for info in mine:
+            before = reader.state_at(info.parents[0]) if info.parents else EMPTY
+            after = reader.state_at(info.id)
+            touched = sorted(k for k in before.keys.keys() | after.keys.keys()
+                             if before.keys.get(k) != after.keys.get(k))
+            moved = [k for k in touched if state.keys.get(k) != before.keys.get(k)]
+            try:
+                change = parse_message(info.message)
+                if moved:
+                    raise Refused(f"{', '.join(moved)} changed on the remote since",
+                                  rule="remote.conflict")
+                new_state = apply_change(state, change, info.time)
+                files: dict[str, bytes | None] = {STATE_FILE: new_state.to_bytes()}
+                if change.op == "schema":
+                    files[SCHEMA_FILE] = store.read_file(info.id, SCHEMA_FILE)
+                when = max(info.time, store.commit_times(base)[1]) if base else info.time
+                candidate = store.make_commit(base, files, info.message,
+                                              info.author.encode(), when, 0, author_time=when)
+                problems = foreign.check_range(store, base, candidate, self.config)
+                if problems:
+                    raise Refused(foreign.summary(problems), rule=problems[0].rule)
+            except (GitStateError, NotAGitstateCommit, ReplayError) as exc:
+                refused.append({
+                    "commit": info.id, "reason": info.message.decode("utf-8", "replace")
+                    .split("\n\n")[0], "rule": getattr(exc, "rule", "remote.conflict"),
+                    "message": getattr(exc, "message", str(exc)),
+                    "local": {k: _entry(after, k) for k in touched},
+                    "remote": {k: _entry(state, k) for k in touched}})
+                continue
+            base = candidate
+            state = new_state
+            applied += 1
+        kept = None
+        if refused:
+            kept = UNPUSHED + datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+            store.move_ref(kept, None, local)
+        new_head = base or local
+        if not store.move_ref(BRANCH, local, new_head):
+            raise StoreError("main moved during the rebase", rule="store.contention")
+        store.checkout(new_head)
+        self.reader.projection.rebuild(store, new_head)
+        return applied, refused, kept
+
+    # -- remote-first: the engine's committer -------------------------------------------
+
+    def prepare(self) -> None:
+        """Lock held: fetch and fast-forward so that the write bases on the remote."""
+        url = self.url()
+        local, lease = self.reader.head(), self.store.ref(REMOTE_REF)
 
         def check(incoming: GitStore, remote: str) -> None:
-            """Runs on the quarantined objects: a refusal leaves none of them behind."""
-            if remote == local or incoming.is_ancestor(remote, local):
-                return  # nothing new would be used
+            if remote == local:
+                return
             if not incoming.is_ancestor(local, remote):
-                rewritten = lease is not None and not incoming.is_ancestor(lease, remote)
-                raise Refused(
-                    f"local main {local[:12]} and the remote's {remote[:12]} have diverged"
-                    + (" (the remote was rewritten)" if rewritten else "")
-                    + ": nothing was merged. Push first (it re-applies local changes), or "
-                    "inspect the remote with `git log` in a plain clone of it.",
-                    rule="remote.rewritten" if rewritten else "remote.diverged",
-                    local=local, remote=remote)
-            # fast-forward: every remote commit is checked before it becomes HEAD
-            _refuse_foreign(foreign.check_range(incoming, local, remote, repo.config),
+                raise Refused("remote-first mode needs local main to be published first: "
+                              "run `gitstate push` (local and remote differ)",
+                              rule="remote.diverged")
+            _refuse_foreign(foreign.check_range(incoming, local, remote, self.config),
                             "the remote's new commits")
 
-        remote = _network("fetch", repo.store.fetch, url, check)
-        result = SyncResult("up-to-date", local, remote)
+        remote = _network("fetch", self.store.fetch, url, check)
         if remote is None or remote == local:
-            if remote:
-                repo.store.move_ref(REMOTE_REF, lease, remote)
+            return
+        self._move_main(local, remote, lease, "a remote-first fetch")
+        self.tree.refresh(remote)
+
+    def commit(self, commit: Commit) -> str | None:
+        """The push is the compare-and-swap. Returns the new commit, or None when the
+        remote moved (local main is then fast-forwarded, and the write starts over)."""
+        url = self.url()
+        base = commit.base
+        new = self.store.make_commit(base, commit.files, commit.message, commit.identity,
+                                     commit.when, commit.tz_offset)
+        lease = self.store.ref(REMOTE_REF)
+        if _network("push", self.store.push, url, base if lease else None, new):
+            if base is None or not self.store.move_ref(BRANCH, base, new):
+                raise StoreError("main moved during a remote-first write",
+                                 rule="store.contention")
+            self.store.move_ref(REMOTE_REF, lease, new)
+            return new
+        self.prepare()
+        return None
+
+    # -- pull and status ----------------------------------------------------------------
+
+    def pull(self) -> SyncResult:
+        """Fast-forward only; a diverged or rewritten remote is reported, never merged."""
+        url = self.url()
+        with self.engine.locked():
+            local = self.reader.head()
+            lease = self.store.ref(REMOTE_REF)
+
+            def check(incoming: GitStore, remote: str) -> None:
+                """Runs on the quarantined objects: a refusal leaves none of them behind."""
+                if remote == local or incoming.is_ancestor(remote, local):
+                    return  # nothing new would be used
+                if not incoming.is_ancestor(local, remote):
+                    rewritten = lease is not None and not incoming.is_ancestor(lease, remote)
+                    raise Refused(
+                        f"local main {local[:12]} and the remote's {remote[:12]} have diverged"
+                        + (" (the remote was rewritten)" if rewritten else "")
+                        + ": nothing was merged. Push first (it re-applies local changes), or "
+                        "inspect the remote with `git log` in a plain clone of it.",
+                        rule="remote.rewritten" if rewritten else "remote.diverged",
+                        local=local, remote=remote)
+                # fast-forward: every remote commit is checked before it becomes HEAD
+                _refuse_foreign(foreign.check_range(incoming, local, remote, self.config),
+                                "the remote's new commits")
+
+            remote = _network("fetch", self.store.fetch, url, check)
+            result = SyncResult("up-to-date", local, remote)
+            if remote is None or remote == local:
+                if remote:
+                    self.store.move_ref(REMOTE_REF, lease, remote)
+                return result
+            if self.store.is_ancestor(remote, local):
+                self.store.move_ref(REMOTE_REF, lease, remote)
+                result.action = "ahead"
+                return result
+            self._move_main(local, remote, lease, "the pull")
+            self.tree.refresh(remote)
+            result.action, result.head = "fast-forward", remote
+            result.pushed = sum(1 for _ in self.store.walk(remote, local))
             return result
-        if repo.store.is_ancestor(remote, local):
-            repo.store.move_ref(REMOTE_REF, lease, remote)
-            result.action = "ahead"
-            return result
-        # fast-forward: every remote commit is replayed-checked before it becomes HEAD
-        if not repo.store.move_ref(BRANCH, local, remote):
-            raise StoreError("main moved during the pull", rule="store.contention")
-        repo.store.move_ref(REMOTE_REF, lease, remote)
-        _refresh(repo, remote)
-        result.action, result.head = "fast-forward", remote
-        result.pushed = sum(1 for _ in repo.store.walk(remote, local))
-        return result
+
+    def status(self) -> dict[str, Any]:
+        """Where local main stands against the commit last seen on the remote (no
+        network)."""
+        store = self.store
+        head, seen = self.reader.head(), store.ref(REMOTE_REF)
+        ahead = sum(1 for _ in store.walk(head, seen)) if seen is None or \
+            store.is_ancestor(seen, head) else None
+        behind = sum(1 for _ in store.walk(seen, head)) if seen and \
+            store.is_ancestor(head, seen) else 0
+        unpushed = store.git_dir / UNPUSHED
+        return {"head": head, "remote_url": store.remote_url(), "remote_seen": seen,
+                "ahead": ahead, "behind": behind, "sync": self.config.sync,
+                "unpushed_refs": sorted(p.name for p in unpushed.glob("*"))
+                if unpushed.is_dir() else [],
+                "hand_edits": self.reader.worktree_warnings()}
 
 
-def status(repo: StateRepo) -> dict[str, Any]:
-    """Where local main stands against the commit last seen on the remote (no network)."""
-    head, seen = repo.head(), repo.store.ref(REMOTE_REF)
-    ahead = sum(1 for _ in repo.store.walk(head, seen)) if seen is None or \
-        repo.store.is_ancestor(seen, head) else None
-    behind = sum(1 for _ in repo.store.walk(seen, head)) if seen and \
-        repo.store.is_ancestor(head, seen) else 0
-    unpushed_refs = [p.name for p in (repo.state_dir / ".git" / "refs" / "gitstate" /
-                                      "unpushed").glob("*")] if (
-        repo.state_dir / ".git" / "refs" / "gitstate" / "unpushed").is_dir() else []
-    return {"head": head, "remote_url": repo.store.remote_url(), "remote_seen": seen,
-            "ahead": ahead, "behind": behind, "sync": repo.config.sync,
-            "unpushed_refs": sorted(unpushed_refs),
-            "hand_edits": [w for w in repo.worktree_warnings()]}
-
-
-def clone(url: str, agent_dir: Path) -> StateRepo:
-    """A new agent directory from an existing remote state repository."""
+def clone(url: str, agent_dir: Path) -> str:
+    """Fill a new agent directory's state/ from an existing remote state repository;
+    returns the remote's main. A failed clone removes what it made, like git clone, so
+    that it can simply be retried."""
+    from .config import load_config
     from .githooks import install
-    from .repo import StateRepo
-    from .store import GitStore
 
-    state_dir = agent_dir / "state"
+    state_dir = agent_dir / STATE_DIR
     if state_dir.exists():
         raise UsageError(f"{state_dir} already exists; clone into a new agent directory",
                          rule="usage.exists")
-    # a failed clone removes what it made, like git clone, so that it can simply be retried
     made = agent_dir if not agent_dir.exists() else state_dir
     store = GitStore.create(state_dir)
     try:
         install(store.git_dir)
         store.set_remote_url(url)
-        from .config import load_config
-
         config = load_config(agent_dir)
 
         def check(incoming: GitStore, remote: str) -> None:
@@ -316,18 +310,13 @@ def clone(url: str, agent_dir: Path) -> StateRepo:
         shutil.rmtree(made, ignore_errors=True)
         raise
     store.close()
-    repo = StateRepo(agent_dir)
-    repo.rebuild_history()
-    repo._refresh_schema_cache(remote)
-    return repo
+    return remote
 
 
 # -- server side --------------------------------------------------------------------------
 
 def verify_push(git_dir: Path, old: str, new: str, ref: str) -> list[str]:
     """What a pre-receive hook runs for one ref update in a (bare) server repository."""
-    from .store import ZERO, GitStore
-
     zero = ZERO.decode()
     if ref != BRANCH:
         return [f"{ref}: only {BRANCH} holds gitstate state"]
@@ -341,38 +330,3 @@ def verify_push(git_dir: Path, old: str, new: str, ref: str) -> list[str]:
         return [str(p) for p in foreign.check_range(store, None if old == zero else old, new)]
     finally:
         store.close()
-
-
-def fleet(root: Path, expiring_hours: float = 4.0,
-          progress: Any = None) -> list[dict[str, Any]]:
-    """One row per agent directory under ``root`` (directories holding state/.git)."""
-    from .audit import verify
-    from .repo import StateRepo
-
-    agents = sorted({p.parent.parent for p in root.glob("**/state/.git")})
-    rows = []
-    for agent in (progress(agents) if progress else agents):
-        row: dict[str, Any] = {"agent": str(agent.relative_to(root))}
-        try:
-            with StateRepo(agent) as repo:
-                now = repo.now()
-                state = repo.state()
-                live = state.live(now)
-                last = repo.history(1)[0]
-                soon = format_time(datetime.fromtimestamp(
-                    now.timestamp() + expiring_hours * 3600, UTC))
-                st = status(repo)
-                failed = [c.name for c in verify(repo, use_git=False) if not c.ok]
-                row.update({
-                    "live_keys": len(live),
-                    "last_change": {"time": last["time"], "actor": last["actor"],
-                                    "reason": last["reason"].splitlines()[0]},
-                    "expiring": sorted(k for k, e in live.items()
-                                       if e.expires_at and e.expires_at <= soon),
-                    "verify": "ok" if not failed else "FAIL " + ",".join(failed),
-                    "ahead": st["ahead"], "behind": st["behind"],
-                    "remote": st["remote_url"]})
-        except GitStateError as exc:
-            row.update({"error": f"[{exc.rule}] {exc.message}"})
-        rows.append(row)
-    return rows

@@ -30,14 +30,31 @@ class Clock:
 
 
 def run_cli(*args: str, agent_dir: Path | None = None, input: str | None = None,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the real ``gitstate`` command as a separate process."""
-    argv = [sys.executable, "-m", "gitstate"]
-    if agent_dir is not None:
-        argv += ["--agent-dir", str(agent_dir)]
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run([*argv, *args], capture_output=True, text=True, input=input,
-                          env=full_env, timeout=60, check=False)
+            env: dict[str, str] | None = None,
+            process: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run the ``gitstate`` command: in this process through click's test runner (the same
+    entry point, ``gitstate.__main__.main``, with its own stdin, stdout, stderr and
+    environment), or with ``process`` as a separate process, where the process itself is
+    what is tested (imports, signals, the installed entry point)."""
+    argv = ["--agent-dir", str(agent_dir)] if agent_dir is not None else []
+    argv += list(args)
+    if process:
+        full_env = {**os.environ, **(env or {})}
+        return subprocess.run([sys.executable, "-m", "gitstate", *argv], capture_output=True,
+                              text=True, input=input, env=full_env, timeout=60, check=False)
+    from click.testing import CliRunner
+
+    from gitstate.__main__ import main
+
+    with CliRunner().isolation(input=input, env=env) as (out, err, _):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return subprocess.CompletedProcess([*argv], code, out.getvalue().decode("utf-8", "replace"),
+                                       err.getvalue().decode("utf-8", "replace"))
 
 
 def git(state_dir: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -196,8 +196,8 @@ def test_adopt_turns_a_hand_edit_into_one_commit(repo: StateRepo) -> None:
     path.write_text(path.read_text().replace('"value": 5', '"value": "a\\nb"'))
     with pytest.raises(Refused):
         repo.adopt("bad edit")
-    discarded = repo.adopt(discard=True)
-    assert isinstance(discarded, dict) and repo.store.worktree_status(repo.head()).clean
+    discarded = repo.discard()
+    assert discarded.kept and repo.store.worktree_status(repo.head()).clean
     with pytest.raises(Refused):
         repo.adopt("nothing to adopt")
 

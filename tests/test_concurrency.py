@@ -17,6 +17,7 @@ from gitstate.fastpath import section
 from gitstate.model import STATE_FILE, State
 from gitstate.render import render
 from gitstate.repo import StateRepo
+from gitstate.results import to_json
 from tests.helpers import assert_fsck_clean, git
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,7 +119,7 @@ def test_readers_beside_writers_never_see_a_rewrite_or_a_hand_edit(agent_dir: Pa
         rounds = verified = 0
         while time.monotonic() < deadline:
             with StateRepo(agent_dir) as repo:  # each open may repair, beside the writers
-                got = repo.get()
+                got = to_json(repo.get())
                 assert got["warnings"] == [], got["warnings"]
                 assert got["history"][0]["commit"] == got["head"]
                 _chain(list(reversed(got["history"])))

@@ -25,6 +25,7 @@ from gitstate.maintenance import PID_FILE, maybe_start, run_gc, wait_idle
 from gitstate.model import Entry, Handoff, State
 from gitstate.render import HEADER
 from gitstate.repo import StateRepo
+from gitstate.results import to_json
 from gitstate.trailers import parse_message
 from tests.forge import Forge
 from tests.helpers import Clock, assert_fsck_clean, commit_count, git
@@ -55,7 +56,7 @@ def test_history_symlink_never_touches_its_target(repo: StateRepo, tmp_path: Pat
     history.unlink()
     history.symlink_to(outside)
     with StateRepo(repo.agent_dir) as again:
-        assert [r["op"] for r in again.get()["history"]] == ["set", "init"]
+        assert [r["op"] for r in to_json(again.get())["history"]] == ["set", "init"]
         again.set("k", 2, "two")
         assert [r["op"] for r in again.history()] == ["set", "set", "init"]
         assert all(c.ok for c in audit.verify(again))
@@ -234,14 +235,14 @@ def test_a_dead_maintenance_run_is_stale(repo: StateRepo, agent_dir: Path) -> No
     assert wait_idle(repo.state_dir / ".git", timeout=30)
     assert all(c.ok for c in audit.verify(repo))
     assert time.monotonic() - start < 20
-    run_gc(repo)  # not "already running"
+    run_gc(repo.reader)  # not "already running"
     (agent_dir / "config.toml").write_text("[gitstate]\nauto_gc = false\n")
     with StateRepo(agent_dir) as again:
         for i in range(40):
             again.set("k", i, "fill")
     pid_file.write_text(str(_dead_pid()))
     with StateRepo(agent_dir, config=Config(gc_loose_objects=50)) as again:
-        assert maybe_start(again, again.head())  # the dead claim does not hold it off
+        assert maybe_start(again.store, again.agent_dir, again.config, again.head())  # the dead claim does not hold it off
     assert wait_idle(repo.state_dir / ".git", timeout=60)
 
 
@@ -370,19 +371,18 @@ def test_full_disk_during_rebuild_and_gc_is_a_clear_error(tmp_path: Path) -> Non
 def test_a_remote_packed_with_a_bitmap_still_pulls(tmp_path: Path) -> None:
     """After git gc (which writes a reachability bitmap) in a path remote, a long-lived
     process keeps pulling (dulwich trips; the git CLI fetches instead)."""
-    from gitstate.sync import clone, pull, push
 
     bare = tmp_path / "remote.git"
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
     with StateRepo.init(tmp_path / "a") as a:
         a.store.set_remote_url(str(bare))
         a.set("k", 0, "start")
-        push(a)
-        with clone(str(bare), tmp_path / "b") as b:
+        a.push()
+        with StateRepo.clone(str(bare), tmp_path / "b") as b:
             for i in range(1, 4):
                 a.set("k", i, f"round {i}")
-                push(a)
-                assert pull(b).action == "fast-forward"
+                a.push()
+                assert b.pull().action == "fast-forward"
                 assert b.state().keys["k"].value == i
                 subprocess.run(["git", "-C", str(bare), "gc", "-q"], check=True)
                 assert list((bare / "objects" / "pack").glob("*.bitmap"))

@@ -17,7 +17,6 @@ from gitstate.errors import Refused
 from gitstate.fastpath import section
 from gitstate.model import Entry
 from gitstate.repo import StateRepo
-from gitstate.sync import clone, pull, push
 from gitstate.trailers import Change
 from tests.forge import MODE, Forge
 from tests.helpers import GIT, install_pre_receive
@@ -135,8 +134,8 @@ def world(tmp_path: Path) -> tuple[Path, Path, Forge]:
     with StateRepo.init(tmp_path / "a") as a:
         a.set("stop_loss.2317", 262, "the real rule")
         a.store.set_remote_url(str(bare))
-        push(a)
-    clone(str(bare), tmp_path / "b").close()
+        a.push()
+    StateRepo.clone(str(bare), tmp_path / "b").close()
     return bare, tmp_path / "b", Forge(bare)
 
 
@@ -157,7 +156,7 @@ def test_pull_refuses(world: tuple[Path, Path, Forge], tmp_path: Path, name: str
     with StateRepo(b) as repo:
         head = repo.head()
         with pytest.raises(Refused) as err:
-            pull(repo)
+            repo.pull()
         assert err.value.rule == "remote.invalid"
         assert err.value.details["problems"][0]["rule"] == rule, err.value.message
         assert repo.head() == head
@@ -205,7 +204,7 @@ def test_a_good_push_passes_the_hook(world: tuple[Path, Path, Forge], guarded: P
         repo.store.set_remote_url(str(guarded))
         repo.store.move_ref("refs/remotes/origin/main", None, repo.store.parents(
             repo.store.parents(repo.head())[0])[0])
-        assert push(repo).pushed == 2
+        assert repo.push().pushed == 2
 
 
 def test_clone_refuses_and_writes_nothing(world: tuple[Path, Path, Forge],
@@ -215,7 +214,7 @@ def test_clone_refuses_and_writes_nothing(world: tuple[Path, Path, Forge],
     forge.commit(_set("k", 1), extra={b"../../X": (MODE, b"x"), b"../Y": (MODE, b"y")})
     target = tmp_path / "c" / "agent"
     with pytest.raises(Refused) as err:
-        clone(str(bare), target)
+        StateRepo.clone(str(bare), target)
     assert err.value.details["problems"][0]["rule"] == "tree.unknown_name"
     assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())
     assert not (tmp_path / "X").exists() and not (tmp_path / "c" / "Y").exists()
@@ -229,7 +228,7 @@ def test_clone_refuses_a_root_commit_with_extra_files(tmp_path: Path) -> None:
     forge.commit(Change(op="init", reason="Initialize gitstate working state", actor="x"),
                  extra={b".gitconfig": (MODE, b"[core]\n\tfsmonitor = touch MARK\n")})
     with pytest.raises(Refused):
-        clone(str(bare), tmp_path / "agent")
+        StateRepo.clone(str(bare), tmp_path / "agent")
     assert not (tmp_path / "agent").exists()
 
 
@@ -256,7 +255,7 @@ def test_push_does_not_build_on_a_hostile_remote(world: tuple[Path, Path, Forge]
         head = repo.head()
         forge.commit(_set("STOP_LOSS.2317", 100))
         with pytest.raises(Refused) as err:
-            push(repo)
+            repo.push()
         assert err.value.details["problems"][0]["rule"] == "key.case"
         assert repo.head() == head
 
@@ -310,13 +309,13 @@ def test_git_processes_never_run_repository_config(world: tuple[Path, Path, Forg
         assert not checks["git-config"].ok
         assert "core.fsmonitor" in checks["git-config"].detail
         assert checks["git-fsck"].ok
-        run_gc(repo)
+        run_gc(repo.reader)
         repo.set("position_cap", 3, "size down")
-        assert push(repo).pushed == 1
-        pull(repo)
+        assert repo.push().pushed == 1
+        repo.pull()
     with StateRepo(tmp_path / "a") as a:
-        pull(a)
-    clone(str(bare), tmp_path / "c").close()
+        a.pull()
+    StateRepo.clone(str(bare), tmp_path / "c").close()
     assert not mark.exists()
     shutil.rmtree(tmp_path / "c")
 
@@ -330,6 +329,6 @@ def test_a_killed_fetch_leaves_nothing_used(world: tuple[Path, Path, Forge]) -> 
     (left / "objects").mkdir(parents=True)
     (left / "objects" / "junk").write_text("x")
     with StateRepo(b) as repo:
-        assert pull(repo).action == "fast-forward"
+        assert repo.pull().action == "fast-forward"
         assert all(c.ok for c in audit.verify(repo))
     assert not left.exists()

@@ -25,7 +25,7 @@ def test_gc_packs_to_under_a_kibibyte_per_commit(repo: StateRepo) -> None:
     for i in range(300):
         repo.set(f"rule.{i % 20:02d}", i, f"change {i}")
     assert _loose(repo.state_dir) >= 900
-    figures = run_gc(repo)
+    figures = run_gc(repo.reader)
     assert _loose(repo.state_dir) == 0
     assert figures["bytes_per_commit"] < 1024, figures
     assert all(c.ok for c in audit.verify(repo))

@@ -19,6 +19,7 @@ from gitstate.fastpath import section
 from gitstate.faults import POINTS
 from gitstate.model import STATE_FILE, State
 from gitstate.repo import StateRepo
+from gitstate.results import to_json
 from tests.helpers import Clock, assert_fsck_clean, commit_count, git
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,7 +130,7 @@ def test_read_only_directory_reads_work_writes_refuse(tmp_path: Path, clock: Clo
             expected = repo.render(locale="en", now=clock.now)
         subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
         with StateRepo(mnt / "agent", clock=clock) as repo:
-            assert repo.get()["keys"]["k"]["value"] == 1
+            assert to_json(repo.get())["keys"]["k"]["value"] == 1
             assert section(mnt / "agent", locale="en", now=clock.now)[0] == expected
             with pytest.raises(StoreError) as err:
                 repo.set("k", 2, "r")

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from gitstate import audit
+from gitstate.audit import fleet
 from gitstate.errors import CasMismatch, Refused, StoreError
 from gitstate.repo import StateRepo
-from gitstate.sync import clone, fleet, pull, push, status
 from tests.helpers import GIT, free_port, git, install_pre_receive, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,7 +82,7 @@ def _publish(tmp_path: Path, url: str, name: str = "a") -> StateRepo:
     repo = StateRepo.init(tmp_path / name)
     repo.set("stop_loss.2317", 262, "跌破即出場")
     repo.store.set_remote_url(url)
-    assert push(repo).action == "push"
+    assert repo.push().action == "push"
     return repo
 
 
@@ -92,14 +92,14 @@ def test_init_remote_push_clone(tmp_path: Path, server: str,
     """init, remote set and push publish to an empty remote; clone reproduces the state."""
     url = request.getfixturevalue(server)
     a = _publish(tmp_path, url)
-    b = clone(url, tmp_path / "b")
+    b = StateRepo.clone(url, tmp_path / "b")
     assert b.head() == a.head() and b.state() == a.state()
     assert all(c.ok for c in audit.verify(b))
-    assert status(a)["ahead"] == 0
+    assert a.sync_status()["ahead"] == 0
     a.set("stop_loss.2317", 257, "review", expected=262)
-    assert status(a)["ahead"] == 1  # queued locally
-    push(a)
-    assert pull(b).action == "fast-forward" and b.state().keys["stop_loss.2317"].value == 257
+    assert a.sync_status()["ahead"] == 1  # queued locally
+    a.push()
+    assert b.pull().action == "fast-forward" and b.state().keys["stop_loss.2317"].value == 257
     assert all(c.ok for c in audit.verify(b))
     a.close()
     b.close()
@@ -127,12 +127,12 @@ def test_push_reapplies_and_refuses_with_both_sides(tmp_path: Path, daemon: str)
     """A remote that moved on: independent changes are re-applied; a conflict is refused,
     shown with both sides and kept on a named ref; nothing is lost."""
     a = _publish(tmp_path, daemon)
-    b = clone(daemon, tmp_path / "b")
+    b = StateRepo.clone(daemon, tmp_path / "b")
     a.set("stop_loss.2317", 257, "a: review", expected=262)
-    push(a)
+    a.push()
     b.set("position_cap", "96%", "b: unrelated")
     b.set("stop_loss.2317", 254, "b: stale patrol", expected=262)
-    result = push(b)
+    result = b.push()
     assert result.rebased == 1 and len(result.refused) == 1
     refused = result.refused[0]
     assert refused["local"]["stop_loss.2317"]["value"] == 254
@@ -141,7 +141,7 @@ def test_push_reapplies_and_refuses_with_both_sides(tmp_path: Path, daemon: str)
     assert result.kept_on and b.store.ref(result.kept_on) is not None
     kept_log = git(b.state_dir, "log", "--format=%s", result.kept_on).stdout
     assert "b: stale patrol" in kept_log
-    pull(a)
+    a.pull()
     assert a.state().keys["position_cap"].value == "96%"
     assert a.state().keys["stop_loss.2317"].value == 257
     for repo in (a, b):
@@ -151,12 +151,12 @@ def test_push_reapplies_and_refuses_with_both_sides(tmp_path: Path, daemon: str)
 def test_pull_refuses_divergence(tmp_path: Path, daemon: str) -> None:
     """pull is fast-forward only: a diverged local main is reported, never merged."""
     a = _publish(tmp_path, daemon)
-    b = clone(daemon, tmp_path / "b")
+    b = StateRepo.clone(daemon, tmp_path / "b")
     a.set("k", 1, "a")
-    push(a)
+    a.push()
     b.set("k", 2, "b")
     with pytest.raises(Refused) as err:
-        pull(b)
+        b.pull()
     assert err.value.rule == "remote.diverged"
     assert b.state().keys["k"].value == 2
 
@@ -166,7 +166,7 @@ def test_remote_first_race_exactly_one_wins(tmp_path: Path, daemon: str) -> None
     _publish(tmp_path, daemon).close()
     repos = []
     for name in ("x", "y"):
-        clone(daemon, tmp_path / name).close()
+        StateRepo.clone(daemon, tmp_path / name).close()
         (tmp_path / name / "config.toml").write_text('[gitstate]\nsync = "remote-first"\n')
         repos.append(StateRepo(tmp_path / name))
     races = int(os.environ.get("GITSTATE_RACES", "100"))
@@ -199,7 +199,7 @@ def test_remote_first_race_exactly_one_wins(tmp_path: Path, daemon: str) -> None
         assert outcome[loser] == f"{winners[0]} round {n}"  # refused with the winner's value
         wins[winners[0]] += 1
         for repo in repos:  # both start the next race from the same remote head
-            pull(repo)
+            repo.pull()
     print(f"\nremote-first races: {races}, wins {wins}")
     for repo in repos:
         failed = [c for c in audit.verify(repo) if not c.ok]
@@ -212,7 +212,7 @@ def test_remote_first_offline_is_refused_local_first_queues(tmp_path: Path) -> N
     repo = StateRepo.init(tmp_path / "a")
     repo.store.set_remote_url(f"git://127.0.0.1:{free_port()}/nothing.git")
     repo.set("k", 1, "local-first: committed, queued")
-    assert status(repo)["ahead"] == 2
+    assert repo.sync_status()["ahead"] == 2
     repo.close()
     (tmp_path / "a" / "config.toml").write_text('[gitstate]\nsync = "remote-first"\n')
     with StateRepo(tmp_path / "a") as rf, pytest.raises(StoreError) as err:
@@ -235,14 +235,14 @@ def test_server_killed_mid_push_loses_nothing(tmp_path: Path) -> None:
     dying, dying_url = _http(root, "--die-on-push")
     a.store.set_remote_url(dying_url)
     with pytest.raises(StoreError):
-        push(a)
+        a.push()
     dying.wait(timeout=10)
-    assert status(a)["ahead"] == 50 and a.state().keys["k9"].value == 49
+    assert a.sync_status()["ahead"] == 50 and a.state().keys["k9"].value == 49
     good, url = _http(root)
     try:
         a.store.set_remote_url(url)
-        assert push(a).pushed == 50
-        b = clone(url, tmp_path / "b")
+        assert a.push().pushed == 50
+        b = StateRepo.clone(url, tmp_path / "b")
         assert b.state() == a.state()
         assert all(c.ok for c in audit.verify(b))
     finally:
@@ -256,7 +256,7 @@ def test_pre_receive_refuses_bad_pushes(tmp_path: Path) -> None:
     install_pre_receive(bare, tmp_path)
     a = _publish(tmp_path, str(bare))
     a.set("k", 1, "good change")
-    assert push(a).action == "push"  # passes the hook
+    assert a.push().action == "push"  # passes the hook
     work = tmp_path / "work"
     env_git = ["-c", "user.name=x", "-c", "user.email=x@x"]
     subprocess.run([GIT or "git", "clone", "-q", str(bare), str(work)], check=True)
@@ -359,8 +359,8 @@ def ssh_remote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]
 def _change_reaches(a: StateRepo, b: StateRepo) -> None:
     """A change pushed from ``a`` reaches the clone ``b`` by a fast-forward pull, verified."""
     a.set("stop_loss.2317", 257, "review", expected=262)
-    push(a)
-    assert pull(b).action == "fast-forward"
+    a.push()
+    assert b.pull().action == "fast-forward"
     assert b.state().keys["stop_loss.2317"].value == 257
     assert all(c.ok for c in audit.verify(b))
 
@@ -368,7 +368,7 @@ def _change_reaches(a: StateRepo, b: StateRepo) -> None:
 def test_push_clone_pull_over_ssh(tmp_path: Path, ssh_remote: str) -> None:
     """ssh:// works like the other transports (GIT_SSH_COMMAND picks the key)."""
     a = _publish(tmp_path, ssh_remote)
-    b = clone(ssh_remote, tmp_path / "b")
+    b = StateRepo.clone(ssh_remote, tmp_path / "b")
     assert b.state() == a.state()
     _change_reaches(a, b)
 
@@ -406,18 +406,18 @@ def test_https_trusts_only_a_configured_certificate(tmp_path: Path,
     a.set("stop_loss.2317", 262, "跌破即出場")
     a.store.set_remote_url(url)
     with pytest.raises(StoreError) as err:
-        push(a)
+        a.push()
     assert err.value.rule == "remote.unreachable"
     assert "certificate" in err.value.message.lower(), err.value.message
-    assert status(a)["ahead"] == 2  # nothing lost: init and the set wait to be pushed
+    assert a.sync_status()["ahead"] == 2  # nothing lost: init and the set wait to be pushed
 
     assert git(a.state_dir, "config", "http.sslCAInfo", str(cert)).returncode == 0
-    assert push(a).action == "push"
+    assert a.push().action == "push"
     with pytest.raises(StoreError):  # the clone has no repository config: not trusted yet
-        clone(url, tmp_path / "b")
+        StateRepo.clone(url, tmp_path / "b")
     assert not (tmp_path / "b").exists()  # a failed clone leaves nothing to clean up
     (home / ".gitconfig").write_text(f"[http]\n\tsslCAInfo = {cert}\n")
-    b = clone(url, tmp_path / "b")
+    b = StateRepo.clone(url, tmp_path / "b")
     assert b.state() == a.state()
     _change_reaches(a, b)
     a.close()

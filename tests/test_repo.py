@@ -17,6 +17,7 @@ from gitstate.errors import (
 )
 from gitstate.model import STATE_FILE
 from gitstate.repo import StateRepo
+from gitstate.results import to_json
 from tests.helpers import Clock, assert_fsck_clean, commit_count, git
 
 
@@ -125,12 +126,12 @@ def test_key_cap_refuses_the_33rd_and_lists_live_keys(repo: StateRepo, clock: Cl
     before = _snapshot(repo)
     with pytest.raises(KeyCapReached) as err:
         repo.set("k32", 32, "one too many")
-    assert len(err.value.details["live_keys"]) == 32 and "k00" in err.value.message
+    assert len(err.value.details["live_key_names"]) == 32 and "k00" in err.value.message
     assert _snapshot(repo) == before
     repo.set("k00", 100, "updating an existing key is fine")
     clock.advance(hours=2)
     repo.set("k32", 32, "now there is room")
-    view = repo.get()
+    view = to_json(repo.get())
     assert view["keys"]["short"]["expired"] is True and view["live_keys"] == 32
 
 
@@ -158,7 +159,7 @@ def test_clear_retires_a_key_and_keeps_history(repo: StateRepo) -> None:
     repo.set("k", 1, "r")
     result = repo.clear("k", "done", expected=1)
     assert "k" not in repo.state().keys and result.old is not None
-    assert [h["op"] for h in repo.get()["history"][:2]] == ["clear", "set"]
+    assert [h["op"] for h in to_json(repo.get())["history"][:2]] == ["clear", "set"]
     with pytest.raises(InvalidInput) as err:
         repo.clear("k", "again")
     assert err.value.rule == "clear.absent"
@@ -193,7 +194,7 @@ def test_get_returns_everything(repo: StateRepo, clock: Clock) -> None:
     repo.set("b", True, "rb")
     repo.handoff("note", status="blocked", blocker="waiting")
     clock.advance(hours=2)
-    view = repo.get()
+    view = to_json(repo.get())
     assert view["head"] == repo.head()
     assert view["keys"]["a"]["expired"] is True and view["keys"]["b"]["expired"] is False
     assert view["keys"]["b"]["value"] is True and view["keys"]["a"]["expires_at"]
@@ -208,7 +209,7 @@ def test_render_disabled_by_config(agent_dir: Path, clock: Clock) -> None:
     with StateRepo.init(agent_dir, clock=clock) as repo:
         repo.set("k", 1, "r")
         assert repo.render() == ""
-        assert repo.get()["keys"]["k"]["value"] == 1
+        assert to_json(repo.get())["keys"]["k"]["value"] == 1
 
 
 def test_leftover_working_tree_is_repaired_and_never_rendered(repo: StateRepo) -> None:
@@ -218,7 +219,7 @@ def test_leftover_working_tree_is_repaired_and_never_rendered(repo: StateRepo) -
     repo.set("k", 2, "r")
     (repo.state_dir / STATE_FILE).write_bytes(old)  # as if killed before the checkout
     assert "k = 2" in repo.render(locale="en")
-    assert repo.get()["warnings"] == []
+    assert to_json(repo.get())["warnings"] == []
     repo.set("j", 3, "r")
     assert git(repo.state_dir, "status", "--porcelain").stdout == ""
 
@@ -229,7 +230,7 @@ def test_hand_edit_is_reported_not_rendered_and_kept(repo: StateRepo) -> None:
     path = repo.state_dir / STATE_FILE
     path.write_text(path.read_text().replace('"value": 1', '"value": 999'))
     assert "999" not in repo.render(locale="en")
-    assert any("edited by hand" in w for w in repo.get()["warnings"])
+    assert any("edited by hand" in w for w in to_json(repo.get())["warnings"])
     result = repo.set("j", 2, "r")
     assert any("kept at" in w for w in result.warnings)
     kept = list((repo.state_dir / ".git" / "gitstate-hand-edits").iterdir())

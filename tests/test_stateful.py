@@ -24,6 +24,7 @@ from gitstate.errors import CasMismatch, InvalidInput, Refused
 from gitstate.model import Entry, Handoff, State, format_time
 from gitstate.render import render
 from gitstate.repo import StateRepo
+from gitstate.results import to_json
 from tests.helpers import Clock
 
 settings.register_profile("ci", max_examples=200, stateful_step_count=12, deadline=None,
@@ -162,7 +163,7 @@ class WorkingStateMachine(RuleBasedStateMachine):
     def agrees_with_the_model(self) -> None:
         state = self.repo.state()
         assert state == self._state()
-        view = self.repo.get()
+        view = to_json(self.repo.get())
         for key, entry in self.model.items():
             assert view["keys"][key]["value"] == entry.value
             assert view["keys"][key]["expired"] == entry.is_expired(self.clock.now)

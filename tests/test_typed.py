@@ -12,6 +12,7 @@ from gitstate import audit
 from gitstate.errors import InvalidInput, Refused
 from gitstate.model import State
 from gitstate.repo import StateRepo
+from gitstate.results import to_json
 from gitstate.schema import SchemaError, dump_yaml, load_yaml, parse_schema
 from tests.helpers import Clock, commit_count, git, run_cli
 
@@ -116,7 +117,7 @@ def test_old_schema_policy_expired_entries_stay_readable(agent_dir: Path, clock:
         clock.advance(hours=2)
         v2 = "version: 2\nkeys:\n  limit:\n    type: number\n"
         repo.set_schema(v2, "limits are numbers now")
-        view = repo.get()
+        view = to_json(repo.get())
         assert view["keys"]["limit"]["value"] == "high" and view["keys"]["limit"]["expired"]
         assert view["schema_version"] == 2
     out = run_cli("schema", "check", "--json", agent_dir=agent_dir)
@@ -161,7 +162,7 @@ def test_phases_tools_and_the_rendered_line(agent_dir: Path, clock: Clock) -> No
         assert repo.allowed_tools() == ["search", "get_ticket"]
         assert not repo.can_run("refund") and repo.can_run("get_ticket")
         repo.set("phase", "apply", "runtime moved on")
-        assert repo.can_run("refund") and repo.get()["allowed_tools"] == ["search", "refund"]
+        assert repo.can_run("refund") and to_json(repo.get())["allowed_tools"] == ["search", "refund"]
         text = repo.render(locale="en")
         assert "Current phase: apply; allowed tools: search, refund" in text
     fast = run_cli("render", "--locale", "en", agent_dir=agent_dir)
@@ -235,7 +236,7 @@ def test_state_model_unaffected_without_schema(repo: StateRepo) -> None:
     """Without schema.yaml, gitstate behaves as untyped (any safe key, any scalar)."""
     repo.set("anything.goes", "text", "r")
     assert repo.schema() is None and repo.allowed_tools() is None and repo.can_run("x")
-    assert repo.get()["phase"] is None and isinstance(repo.state(), State)
+    assert to_json(repo.get())["phase"] is None and isinstance(repo.state(), State)
 
 
 def test_reverting_an_observation_and_a_schema_change(agent_dir: Path, clock: Clock) -> None:

@@ -116,7 +116,7 @@ def gc_loop(agent_dir: str, seconds: float) -> None:
     while time.monotonic() < deadline:
         with StateRepo(agent_dir) as repo:
             try:
-                run_gc(repo)
+                run_gc(repo.reader)
             except Refused:  # an automatic run holds the repository: go round again
                 time.sleep(0.05)
                 continue

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import click
 
-from .cli import Ctx, _emit, _finish, cli, json_option
-from .errors import Refused, UsageError
-from .schema import SCHEMA_FILE
+from ..errors import Refused, UsageError
+from ..layout import SCHEMA_FILE
+from .context import Ctx, emit, finish, json_option
 
 
-@cli.group()
+@click.group()
 def schema() -> None:
     """The typed-state schema (schema.yaml in the state repository)."""
 
@@ -22,9 +22,9 @@ def schema() -> None:
 @click.pass_obj
 def schema_show(obj: Ctx, rev: str | None) -> None:
     """Print schema.yaml exactly as committed (comments included)."""
-    with obj.repo() as repo:
-        from .audit import resolve
+    from ..audit import resolve
 
+    with obj.repo() as repo:
         commit = resolve(repo, rev) if rev else repo.head()
         data = repo.store.read_file(commit, SCHEMA_FILE)
     if data is None:
@@ -43,24 +43,15 @@ def schema_check(obj: Ctx, file: Path | None, as_json: bool) -> None:
     Exit 1 when a live key breaks the schema. Expired keys written under an older schema
     are listed but do not fail the check.
     """
-    from .schema import parse_schema
-    from .typed import check_schema
+    from ..schema import parse_schema
 
+    candidate = parse_schema(_read(file)) if file is not None else None
     with obj.repo() as repo:
-        if file is None:
-            report = check_schema(repo)
-        else:
-            candidate = parse_schema(_read(file))
-            state = repo.state()
-            live = set(state.live(repo.now()))
-            report = {"schema": candidate.version,
-                      "live": candidate.violations(state, live or {"\0"}),
-                      "expired": [p for p in candidate.violations(state, set())
-                                  if p.split(":")[0] not in live]}
+        report = repo.check_schema(candidate)
     text = "\n".join([f"schema version {report['schema']}"]
                      + [f"live: {p}" for p in report["live"]]
                      + [f"expired (kept, not injected): {p}" for p in report["expired"]])
-    _emit(report, as_json, text)
+    emit(report, as_json, text)
     if report["live"]:
         raise Refused(f"{len(report['live'])} live key(s) break the schema",
                       rule="schema.violations")
@@ -78,7 +69,7 @@ def schema_set(obj: Ctx, file: Path, reason: str, as_json: bool) -> None:
     """
     with obj.repo() as repo:
         result = repo.set_schema(_read(file), reason)
-    _finish(result.to_dict(), as_json)
+    finish(result, as_json)
 
 
 def _read(file: Path) -> str:
@@ -88,7 +79,7 @@ def _read(file: Path) -> str:
         raise UsageError(f"cannot read {file}: {exc}", rule="usage.file") from exc
 
 
-@cli.command()
+@click.command()
 @click.option("--can-run", "tool", help="Exit 0 if TOOL is allowed in the current phase, else 1.")
 @json_option
 @click.pass_obj
@@ -100,12 +91,12 @@ def tools(obj: Ctx, tool: str | None, as_json: bool) -> None:
         phase = schema.phase(repo.state(), repo.state().live(repo.now())) if schema else None
     if tool is not None:
         ok = allowed is None or tool in allowed
-        _emit({"tool": tool, "allowed": ok, "phase": phase}, as_json,
+        emit({"tool": tool, "allowed": ok, "phase": phase}, as_json,
               f"{tool}: {'allowed' if ok else 'not allowed'} in phase {phase}")
         if not ok:
             raise Refused(f"{tool} is not allowed in phase {phase}; allowed: "
                           f"{', '.join(allowed or [])}", rule="tools.not_allowed")
         return
-    _emit({"phase": phase, "allowed_tools": allowed}, as_json,
+    emit({"phase": phase, "allowed_tools": allowed}, as_json,
           "no phases declared: every tool is allowed" if allowed is None else
           f"phase {phase}: {', '.join(allowed) or '(none)'}")

@@ -1,5 +1,5 @@
-"""The auditor's and operator's commands: log, show, diff, blame, revert, adopt, verify,
-history. Registered on the main click group by importing this module."""
+"""The auditor's and operator's commands: log, show, diff, blame, verify,
+history, gc. The audit module (and the repository) load when a command runs."""
 
 from __future__ import annotations
 
@@ -7,26 +7,16 @@ from typing import Any
 
 import click
 
-from . import textsafe
-from .audit import blame as blame_view
-from .audit import diff_states, resolve
-from .audit import log as log_view
-from .audit import show as show_view
-from .audit import verify as verify_checks
-from .cli import Ctx, _emit, _finish, _now, cli, json_option, shown, warn
-from .errors import Refused, UsageError
-from .model import display_value
-
-
-def _value(v: Any) -> str:
-    return "(absent)" if v is None else display_value(v)
+from .. import textsafe
+from ..errors import Refused
+from .context import Ctx, emit, json_option, parse_now, shown, value_text
 
 
 def _log_line(rec: dict[str, Any]) -> str:
     op, key = rec["op"], rec.get("key")
     if op in ("set", "clear") and key:
-        new = _value(rec["new"]) if op == "set" else "(cleared)"
-        change = f"{key}: {_value(rec['old'])} -> {new}"
+        new = value_text(rec["new"]) if op == "set" else "(cleared)"
+        change = f"{key}: {value_text(rec['old'])} -> {new}"
         if rec.get("expires_at"):
             change += f" (expires {rec['expires_at']})"
     elif op == "handoff":
@@ -40,7 +30,7 @@ def _log_line(rec: dict[str, Any]) -> str:
     return f"{rec['time']}  {rec['commit'][:12]}  {change}{reverts}  by {rec['actor']}: {first}"
 
 
-@cli.command()
+@click.command()
 @click.option("--key", help="Only changes of this key.")
 @click.option("-n", "limit", type=click.IntRange(1), help="At most N changes.")
 @click.option("--since", help="Only changes at or after this ISO 8601 time.")
@@ -51,22 +41,27 @@ def log(obj: Ctx, key: str | None, limit: int | None, since: str | None, as_json
 
     With --json, one JSON object per line (the fields of working_state_history.jsonl).
     """
+    from ..audit import log as log_view
+
     with obj.repo() as repo:
-        for rec in log_view(repo, key=key, limit=limit, since=_now(since)):
+        for rec in log_view(repo, key=key, limit=limit, since=parse_now(since)):
             click.echo(textsafe.dumps(rec) if as_json else _log_line(shown(rec)))
 
 
-@cli.command()
+@click.command()
 @click.argument("rev", default="HEAD")
 @click.option("--patch", is_flag=True, help="Also print the raw git diff.")
 @json_option
 @click.pass_obj
 def show(obj: Ctx, rev: str, patch: bool, as_json: bool) -> None:
     """The change one commit made, key by key (REV: id, abbreviated id, HEAD~N)."""
+    from ..audit import resolve
+    from ..audit import show as show_view
+
     with obj.repo() as repo:
         data = show_view(repo, resolve(repo, rev), patch=patch)
     if as_json:
-        _emit(data, True, "")
+        emit(data, True, "")
         return
     # the reason is shown line by line, indented as git log does, each line terminal-safe
     reason = ["    " + textsafe.visible(line) for line in data["reason"].split("\n")]
@@ -84,11 +79,11 @@ def show(obj: Ctx, rev: str, patch: bool, as_json: bool) -> None:
 def _diff_lines(d: dict[str, Any]) -> list[str]:
     out = []
     for key, e in d["added"].items():
-        out.append(f"+ {key} = {_value(e['value'])}  ({e['reason'].splitlines()[0]})")
+        out.append(f"+ {key} = {value_text(e['value'])}  ({e['reason'].splitlines()[0]})")
     for key, e in d["removed"].items():
-        out.append(f"- {key} (was {_value(e['value'])})")
+        out.append(f"- {key} (was {value_text(e['value'])})")
     for key, c in d["changed"].items():
-        out.append(f"~ {key}: {_value(c['old']['value'])} -> {_value(c['new']['value'])}  "
+        out.append(f"~ {key}: {value_text(c['old']['value'])} -> {value_text(c['new']['value'])}  "
                    f"({c['new']['reason'].splitlines()[0]})")
     for key, c in d["expiry_changed"].items():
         out.append(f"~ {key}: expiry {c['old'] or 'none'} -> {c['new'] or 'none'}")
@@ -98,82 +93,38 @@ def _diff_lines(d: dict[str, Any]) -> list[str]:
     return out or ["(no key-level change)"]
 
 
-@cli.command()
+@click.command()
 @click.argument("rev_a")
 @click.argument("rev_b", default="HEAD")
 @json_option
 @click.pass_obj
 def diff(obj: Ctx, rev_a: str, rev_b: str, as_json: bool) -> None:
     """Key-level differences between the states at REV_A and REV_B (default HEAD)."""
+    from ..audit import diff_states, resolve
+
     with obj.repo() as repo:
         a, b = resolve(repo, rev_a), resolve(repo, rev_b)
         d = diff_states(repo.state_at(a), repo.state_at(b)).to_dict()
-    _emit({"from": a, "to": b, **d}, as_json, lambda safe: "\n".join(_diff_lines(safe)))
+    emit({"from": a, "to": b, **d}, as_json, lambda safe: "\n".join(_diff_lines(safe)))
 
 
-@cli.command()
+@click.command()
 @json_option
 @click.pass_obj
 def blame(obj: Ctx, as_json: bool) -> None:
     """For every current key: the commit that set its value, when, who and why."""
+    from ..audit import blame as blame_view
+
     with obj.repo() as repo:
         data = blame_view(repo)
     def text(safe: dict[str, Any]) -> str:
-        return "\n".join(f"{k}  = {_value(e['value'])}  {e['commit'][:12]} {e['time']} "
+        return "\n".join(f"{k}  = {value_text(e['value'])}  {e['commit'][:12]} {e['time']} "
                          f"{e['actor']}: {e['reason']}" for k, e in safe.items()) or "(no keys)"
 
-    _emit(data, as_json, text)
+    emit(data, as_json, text)
 
 
-@cli.command()
-@click.argument("rev", required=False)
-@click.option("--key", help="Revert the latest change of this key instead of REV.")
-@click.option("--reason", "-r", required=True, help="Why: becomes the commit message.")
-@click.option("--force", is_flag=True, help="Revert even where keys changed since REV.")
-@json_option
-@click.pass_obj
-def revert(obj: Ctx, rev: str | None, key: str | None, reason: str, force: bool,
-           as_json: bool) -> None:
-    """Undo what one commit changed, as a new commit (history is never rewritten).
-
-    Refused (exit 1, listing the conflicts) where keys no longer hold REV's values.
-    """
-    if (rev is None) == (key is None):
-        raise UsageError("give either REV or --key KEY", rule="usage.revert")
-    with obj.repo() as repo:
-        if key is not None:
-            latest = next(log_view(repo, key=key, limit=1), None)
-            if latest is None:
-                raise Refused(f"{key!r} has no change to revert", rule="revert.no_change")
-            commit = str(latest["commit"])
-        else:
-            commit = resolve(repo, rev or "HEAD")
-        result = repo.revert(commit, reason, force=force).to_dict()
-    for c in result["overridden"]:
-        held = (c.get("current") or {}).get("value", c.get("current"))
-        warn(f"--force overrode {c['key'] or 'the handoff'} "
-             f"(it held {_value(held) if not isinstance(held, dict) else held})")
-    _emit(result, as_json, f"{result['commit'][:12]} reverted {commit[:12]}")
-
-
-@cli.command()
-@click.option("--reason", "-r", help="Why the hand edit is right (required unless --discard).")
-@click.option("--discard", is_flag=True, help="Move the hand edit aside and restore HEAD.")
-@json_option
-@click.pass_obj
-def adopt(obj: Ctx, reason: str | None, discard: bool, as_json: bool) -> None:
-    """Commit a hand edit of working_state.json as one audited, validated change."""
-    if not discard and not reason:
-        raise UsageError("--reason is required to adopt a hand edit", rule="usage.reason")
-    with obj.repo() as repo:
-        result = repo.adopt(reason, discard=discard)
-    if isinstance(result, dict):
-        _emit(result, as_json, "hand edit moved aside to " + ", ".join(result["kept"]))
-    else:
-        _finish(result.to_dict(), as_json)
-
-
-@cli.command()
+@click.command()
 @click.option("--no-git", is_flag=True, help="Skip `git fsck` even when git is installed.")
 @json_option
 @click.pass_obj
@@ -182,11 +133,13 @@ def verify(obj: Ctx, no_git: bool, as_json: bool) -> None:
 
     Exit 1 when any check fails; each failure says what to do.
     """
+    from ..audit import verify as verify_checks
+
     with obj.repo() as repo:
         checks = verify_checks(repo, use_git=not no_git)
     ok = all(c.ok for c in checks)
     if as_json:
-        _emit({"ok": ok, "checks": [c.to_dict() for c in checks]}, True, "")
+        emit({"ok": ok, "checks": [c.to_dict() for c in checks]}, True, "")
     else:
         for c in checks:
             mark = "ok  " if c.ok else "FAIL"
@@ -199,7 +152,7 @@ def verify(obj: Ctx, no_git: bool, as_json: bool) -> None:
         raise Refused(f"verify failed: {failed}", rule="verify.failed")
 
 
-@cli.command()
+@click.command()
 @click.option("--rebuild", is_flag=True, help="Rewrite working_state_history.jsonl from git.")
 @click.pass_obj
 def history(obj: Ctx, rebuild: bool) -> None:
@@ -212,7 +165,7 @@ def history(obj: Ctx, rebuild: bool) -> None:
             click.echo(str(repo.projection.path))
 
 
-@cli.command()
+@click.command()
 @click.option("--auto", is_flag=True, hidden=True, help="Run as automatic maintenance.")
 @json_option
 @click.pass_obj
@@ -222,10 +175,10 @@ def gc(obj: Ctx, auto: bool, as_json: bool) -> None:
     Runs beside writers without taking the write lock; runs by itself in the background when
     [gitstate] gc_loose_objects (3000) is passed, unless auto_gc = false.
     """
-    from .maintenance import run_gc
+    from ..maintenance import run_gc
 
     with obj.repo() as repo:
-        figures = run_gc(repo, auto=auto)
-    _emit(figures, as_json, f"packed: {figures['bytes_before']:,} -> {figures['bytes_after']:,} "
+        figures = run_gc(repo.reader, auto=auto)
+    emit(figures, as_json, f"packed: {figures['bytes_before']:,} -> {figures['bytes_after']:,} "
           f"bytes of objects for {figures['commits']:,} commits "
           f"({figures['bytes_per_commit']:,.0f} B/commit) in {figures['seconds']} s")

@@ -1,5 +1,5 @@
 """Commands beyond one machine: remote, clone, push, pull, status, verify-push, fleet.
-Registered on the main click group by importing this module."""
+The sync module (and the repository) load when a command runs."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Any
 
 import click
 
-from . import textsafe
-from .cli import Ctx, _emit, cli, json_option, shown
-from .errors import Refused
+from .. import textsafe
+from ..errors import Refused
+from .context import Ctx, emit, json_option, shown
 
 
-@cli.group()
+@click.group()
 def remote() -> None:
     """The state repository's remote (any git server: path, git://, http(s)://, ssh://)."""
 
@@ -65,7 +65,7 @@ def _sync_text(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@cli.command()
+@click.command()
 @json_option
 @click.pass_obj
 def push(obj: Ctx, as_json: bool) -> None:
@@ -74,58 +74,52 @@ def push(obj: Ctx, as_json: bool) -> None:
     Exit 1 when a local change no longer applies; it is shown with the remote's value and
     kept on refs/gitstate/unpushed/<time>.
     """
-    from .sync import push as do_push
-
     with obj.repo() as repo:
-        result = do_push(repo).to_dict()
-    _emit(result, as_json, _sync_text(result))
-    if result["refused"]:
-        raise Refused(f"{len(result['refused'])} local change(s) no longer apply",
+        result = repo.push()
+    emit(result, as_json, _sync_text)
+    if result.refused:
+        raise Refused(f"{len(result.refused)} local change(s) no longer apply",
                       rule="remote.conflict")
 
 
-@cli.command()
+@click.command()
 @json_option
 @click.pass_obj
 def pull(obj: Ctx, as_json: bool) -> None:
     """Fast-forward to the remote (never a merge; divergence is reported)."""
-    from .sync import pull as do_pull
-
     with obj.repo() as repo:
-        result = do_pull(repo).to_dict()
-    _emit(result, as_json, _sync_text(result))
+        result = repo.pull()
+    emit(result, as_json, _sync_text)
 
 
-@cli.command()
+@click.command()
 @json_option
 @click.pass_obj
 def status(obj: Ctx, as_json: bool) -> None:
     """Local main against the commit last seen on the remote (queued changes, no network)."""
-    from .sync import status as do_status
-
     with obj.repo() as repo:
-        data = do_status(repo)
+        data = repo.sync_status()
     text = (f"main {data['head'][:12]}; remote {data['remote_url'] or '(none)'}; "
             f"{data['ahead']} ahead, {data['behind']} behind; sync {data['sync']}")
     if data["unpushed_refs"]:
         text += "\nunresolved: " + ", ".join(data["unpushed_refs"])
-    _emit(data, as_json, text)
+    emit(data, as_json, text)
 
 
-@cli.command()
+@click.command()
 @click.argument("url")
 @click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.pass_obj
 def clone(obj: Ctx, url: str, directory: Path | None) -> None:
     """A new agent directory (DIRECTORY, else --agent-dir) from a remote state repository."""
-    from .sync import clone as do_clone
+    from ..repo import StateRepo
 
     target = directory or obj.agent_dir
-    with do_clone(url, target) as repo:
+    with StateRepo.clone(url, target) as repo:
         click.echo(f"cloned {url} into {repo.state_dir} (main at {repo.head()[:12]})")
 
 
-@cli.command("verify-push")
+@click.command("verify-push")
 @click.argument("old")
 @click.argument("new")
 @click.argument("ref")
@@ -139,7 +133,7 @@ def verify_push(old: str, new: str, ref: str, git_dir: Path) -> None:
     and bounded), the trailers and every input rule, replay to the committed state, and every
     cap, limit and the schema. Each refusal names its rule.
     """
-    from .sync import verify_push as check
+    from ..sync import verify_push as check
 
     problems = check(git_dir, old, new, ref)
     for problem in problems:
@@ -148,7 +142,7 @@ def verify_push(old: str, new: str, ref: str, git_dir: Path) -> None:
         raise Refused(f"push refused: {len(problems)} problem(s)", rule="verify_push.failed")
 
 
-@cli.command()
+@click.command()
 @click.argument("root", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("--expiring-hours", type=float, default=4.0, show_default=True,
               help="List live keys that expire within this many hours.")
@@ -156,7 +150,7 @@ def verify_push(old: str, new: str, ref: str, git_dir: Path) -> None:
 def fleet(root: Path, expiring_hours: float, as_json: bool) -> None:
     """One row per agent directory under ROOT: keys, last change, expiring keys, verify,
     ahead/behind the remote."""
-    from .sync import fleet as do_fleet
+    from ..audit import fleet as do_fleet
 
     def progress(items: list[Path]) -> Any:
         if len(items) < 10 or not sys.stderr.isatty():
@@ -173,7 +167,7 @@ def fleet(root: Path, expiring_hours: float, as_json: bool) -> None:
 
     rows = do_fleet(root, expiring_hours, progress=wrapped)
     if as_json:
-        _emit(rows, True, "")
+        emit(rows, True, "")
         return
     for r in shown(rows):
         if "error" in r:

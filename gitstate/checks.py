@@ -1,0 +1,117 @@
+"""The whole-state check: what every state on main must satisfy, however it got there.
+
+One function, :func:`whole_state`, run by the write engine after every planner, by push's
+re-application of local changes on a remote's state, and (through ``foreign``) on every
+commit that arrives from a remote or a pre-receive hook. It compares the state before and
+after a change, so a limit already broken before (a cap lowered since) refuses only a
+change that makes it worse. Pure: states, a moment, the config and the schema in, an
+exception out.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from . import rules
+from .config import Config
+from .errors import (
+    CasMismatch,
+    InjectionTooLarge,
+    InvalidInput,
+    KeyCapReached,
+    SectionTooLarge,
+)
+from .model import Entry, Scalar, State, values_match
+from .render import section_chars, section_chars_bound, section_key_bytes
+
+if TYPE_CHECKING:
+    from .schema import Schema
+
+
+def whole_state(before: State, after: State, now: datetime, config: Config,
+                schema: Schema | None, writer: str | None) -> None:
+    """Raise the refusal of the first rule ``after`` breaks, in this order: the schema
+    (types, and who may write when ``writer`` is given), look-alike keys, the stored-key
+    limit, the live-key cap, the key lines' bytes, the whole injection's characters."""
+    changed = sorted(k for k in before.keys.keys() | after.keys.keys()
+                     if before.keys.get(k) != after.keys.get(k))
+    if schema is not None:
+        _schema(schema, before, after, changed, writer)
+    live_before, live = before.live(now), after.live(now)
+    added = sorted(set(live) - set(live_before))
+    existing = set(before.keys)
+    for key in added:
+        rules.check_twin(key, existing)
+        existing.add(key)
+    stored = len(after.keys)
+    if stored > config.max_stored_keys and stored > len(before.keys):
+        expired = sorted(set(before.keys) - set(live_before))
+        raise KeyCapReached(
+            f"{len(before.keys)} stored keys (the limit is {config.max_stored_keys}, expired "
+            f"ones included); clear expired keys first: {', '.join(expired)}",
+            rule="keys.stored_cap", key=added[0] if added else None, expired_keys=expired)
+    if len(live) > config.max_keys and len(live) > len(live_before):
+        names = sorted(live_before)
+        raise KeyCapReached(
+            f"{len(live_before)} live keys already (the cap is {config.max_keys}); clear one "
+            f"before adding {', '.join(map(repr, added))}. Live keys: {', '.join(names)}",
+            key=added[0] if added else None, max_keys=config.max_keys, live_key_names=names)
+    size = section_key_bytes(after, now)
+    if size > config.section_max_bytes and size > section_key_bytes(before, now):
+        raise SectionTooLarge(
+            f"the key lines would take {size} bytes of the rendered section; the limit is "
+            f"{config.section_max_bytes} ([gitstate] section_max_bytes). Shorten the value or "
+            "reason, or clear a key.", size=size, limit=config.section_max_bytes)
+    _injection(before, after, now, config, schema)
+
+
+def _schema(schema: Schema, before: State, after: State, changed: list[str],
+            writer: str | None) -> None:
+    for key in changed:
+        old, new = before.keys.get(key), after.keys.get(key)
+        if new is None:
+            if old is not None and writer is not None:
+                schema.check_clear(key, writer)
+        elif schema.check_write(key, new.value, writer) != new.value:
+            raise InvalidInput(f"{key} would need coercion", rule="schema.type", key=key)
+
+
+def _injection(before: State, after: State, now: datetime, config: Config,
+               schema: Schema | None) -> None:
+    """The whole section (keys, phase line, handoff; longest locale) must fit what the
+    runtime keeps, so no wake-up ever gets a cut injection."""
+    limit = config.injection_max_chars
+    compiled = schema.compiled() if schema else None
+    if section_chars_bound(after, now, compiled) <= limit:
+        return  # far from the limit: the exact count is not needed
+    size = section_chars(after, now, compiled)
+    if size <= limit or size <= section_chars(before, now, compiled):
+        return
+    if after.handoff != before.handoff:
+        advice = f"Shorten the handoff by at least {size - limit} characters."
+    else:
+        advice = "Shorten the value or reason, clear a key, or shorten the handoff."
+    raise InjectionTooLarge(
+        f"the injected section would be {size} characters; the limit is {limit} "
+        "([gitstate] injection_max_chars: what the agent's runtime keeps of one "
+        f"injection, 10,000 for Claude Code). {advice} Nothing was written.",
+        size=size, limit=limit)
+
+
+def expected(key: str, old: Entry | None, wanted: Scalar | None, now: datetime) -> None:
+    """Compare-and-swap against HEAD: ``wanted`` None means "must be absent" (an expired
+    entry counts as absent); a value must match the stored one (docs/design.md, "How
+    values compare")."""
+    current = None if old is None or old.is_expired(now) else old
+    ok = current is None if wanted is None else \
+        old is not None and values_match(wanted, old.value)
+    if ok:
+        return
+    shown = "absent" if old is None else repr(old.value)
+    raise CasMismatch(
+        f"expected {key} to be {'absent' if wanted is None else repr(wanted)}, but HEAD holds "
+        f"{shown}" + (f" (set {old.set_at} by {old.actor}: {old.reason})" if old else "")
+        + ". Nothing was written; re-read the value and decide again.",
+        key=key, expected=wanted,
+        current=({**old.to_dict(), "expired": old.is_expired(now)} if old else None))

@@ -1,0 +1,129 @@
+"""What every command shares: the context object, output, value parsing, exit codes.
+
+Imports only click and light gitstate modules at load time, so ``--help`` stays cheap;
+the repository (dulwich) is opened by :meth:`Ctx.repo` when a command runs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from .. import textsafe
+from ..errors import UsageError
+from ..model import Scalar, display_value, parse_time
+
+if TYPE_CHECKING:
+    from ..repo import StateRepo
+    from ..results import WriteResult
+
+F = TypeVar("F", bound=Callable[..., Any])
+_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?")
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_STORE = 0, 1, 2, 3
+"""Exit status: 0 success, 1 a rule refused the call (stderr names the rule), 2 a usage
+error (including a directory that was never initialised), 3 the repository cannot be used."""
+
+AT_HELP = ("The state a wake-up saw at this ISO 8601 time, or at this revision (a commit "
+           "id, HEAD~N), with expiry evaluated at that moment.")
+
+
+class Ctx:
+    def __init__(self, agent_dir: Path) -> None:
+        self.agent_dir = agent_dir
+
+    def repo(self) -> StateRepo:
+        from ..repo import StateRepo
+
+        return StateRepo(self.agent_dir, writer="human")
+
+
+def parse_value(text: str, as_string: bool = False) -> Scalar:
+    """CLI values: ``true``/``false`` are booleans, plain decimals (no leading zeros) are
+    numbers, everything else is a string. ``--string`` keeps the text as it is."""
+    if as_string:
+        return text
+    if text in ("true", "false"):
+        return text == "true"
+    match = _NUMBER.fullmatch(text)
+    if match:
+        return float(text) if match.group(2) else int(text)
+    return text
+
+
+def parse_now(value: str | None, option: str = "--now") -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        raise UsageError(f"{option} {value!r} is not an ISO 8601 time (e.g. "
+                         "2026-08-13T09:04+08:00)", rule="usage.now") from None
+
+
+def json_option(f: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")(f)
+
+
+def emit(data: Any, as_json: bool, text: str | Callable[[Any], str]) -> None:
+    """Print ``data`` (a result, or JSON-ready data) as JSON, or as text: a ``text``
+    callable is given the JSON form with every string made terminal-safe (``shown``), so
+    no field can forge a line or hide characters."""
+    from ..results import to_json
+
+    data = to_json(data)
+    if as_json:
+        click.echo(textsafe.dumps(data, indent=2))
+    else:
+        click.echo(text(shown(data)) if callable(text) else text)
+
+
+def shown(data: Any) -> Any:
+    """``data`` with every string passed through :func:`textsafe.visible` (line breaks,
+    controls, bidi and invisible characters appear as ``\\uXXXX``)."""
+    if isinstance(data, str):
+        return textsafe.visible(data)
+    if isinstance(data, dict):
+        return {shown(k): shown(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [shown(v) for v in data]
+    return data
+
+
+def warn(message: str) -> None:
+    click.echo(f"gitstate: warning: {textsafe.visible(message)}", err=True)
+
+
+def value_text(v: Any) -> str:
+    return "(absent)" if v is None else display_value(v)
+
+
+def result_text(result: dict[str, Any]) -> str:
+    op, commit = result["op"], result["commit"][:12]
+    if op == "set":
+        new, old = result["new"], result["old"]
+        before = display_value(old["value"]) if old else "(absent)"
+        exp = f", expires {new['expires_at']}" if new["expires_at"] else ""
+        return (f"{commit} set {result['key']}: {before} -> {display_value(new['value'])}{exp} "
+                f"({result['live_keys']}/{result['max_keys']} live keys)")
+    if op == "clear":
+        return f"{commit} cleared {result['key']} (was {display_value(result['old']['value'])})"
+    if op == "handoff":
+        cut = " (the note was cut to fit; see --json)" if result["truncated"] else ""
+        return f"{commit} handoff left{cut}"
+    return f"{commit} {op} committed"
+
+
+def finish(result: WriteResult, as_json: bool) -> None:
+    """Print a write's result: its warnings on stderr, then the result."""
+    for warning in result.warnings:
+        warn(warning)
+    if result.truncated:
+        click.echo("gitstate: note: the plain handoff note was collapsed and cut to fit",
+                   err=True)
+    emit(result, as_json, result_text)

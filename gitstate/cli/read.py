@@ -1,0 +1,116 @@
+"""Commands that read the state: get, render, hook."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from ..model import display_value
+from .context import AT_HELP, Ctx, emit, json_option, parse_now, warn
+
+
+def _get_text(data: dict[str, Any]) -> str:
+    lines = [f"HEAD {data['head'][:12]}  {data['live_keys']}/{data['max_keys']} live keys, "
+             f"section {data['section_bytes']}/{data['section_max_bytes']} bytes"]
+    for key, e in data["keys"].items():
+        flag = " [expired]" if e["expired"] else ""
+        exp = f"  expires {e['expires_at']}" if e["expires_at"] else ""
+        lines.append(f"  {key} = {display_value(e['value'])}{flag}  (set {e['set_at']} by "
+                     f"{e['actor']}: {e['reason']}){exp}")
+    if not data["keys"]:
+        lines.append("  (no keys)")
+    ho = data["handoff"]
+    if ho:
+        status = f" [{ho['status']}]" if ho["status"] else ""
+        lines.append(f"handoff{status} ({ho['left_at']}): {ho['note']}")
+        for name in ("next_steps", "evidence", "blocker"):
+            if ho.get(name):
+                lines.append(f"  {name}: {ho[name]}")
+    if data["history"]:
+        lines.append("recent changes:")
+        for h in data["history"]:
+            what = f"{h['op']} {h['key']}" if h["key"] else h["op"]
+            lines.append(f"  {h['commit'][:12]} {h['time']} {what}: {h['reason'].splitlines()[0]}")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.option("--now", help="Evaluate expiry at this ISO 8601 time.")
+@click.option("--at", "at", help=AT_HELP)
+@click.option("--history", "history_n", type=click.IntRange(0, 1000), default=20,
+              show_default=True, help="How many recent changes to include.")
+@json_option
+@click.pass_obj
+def get(obj: Ctx, now: str | None, at: str | None, history_n: int, as_json: bool) -> None:
+    """Show everything: keys (expired ones marked), the handoff, recent history."""
+    with obj.repo() as repo:
+        commit, moment = None, parse_now(now)
+        if at is not None:
+            from ..audit import resolve_at
+
+            commit, at_moment = resolve_at(repo, at)
+            moment = moment or at_moment
+        view = repo.get(now=moment, history=history_n, commit=commit)
+    for warning in view.warnings:
+        warn(warning)
+    emit(view, as_json, _get_text)
+
+
+@click.command()
+@click.option("--locale", type=click.Choice(["zh-TW", "en", "ja"]),
+              help="Section language (default: [gitstate] locale, zh-TW).")
+@click.option("--now", help="Render as a wake-up at this ISO 8601 time would see it.")
+@click.option("--at", "at", help=AT_HELP)
+@click.pass_obj
+def render(obj: Ctx, locale: str | None, now: str | None, at: str | None) -> None:
+    """Print the section injected into a wake-up, and nothing else.
+
+    Empty state (or [memory] working_state_enabled = false) prints nothing at all.
+    """
+    from ..fastpath import section
+
+    if at is not None:
+        from ..audit import resolve_at
+
+        with obj.repo() as repo:
+            commit, moment = resolve_at(repo, at)
+            sys.stdout.write(repo.render(now=parse_now(now) or moment, locale=locale,
+                                         commit=commit))
+        return
+    text, warnings = section(obj.agent_dir, locale=locale, now=parse_now(now))
+    for warning in warnings:
+        warn(warning)
+    sys.stdout.write(text)
+
+
+@click.command()
+@click.argument("runtime", type=click.Choice(["claude-code", "plain"]))
+@click.option("--event", help="Claude Code hook event name (default: read from stdin).")
+@click.option("--locale", type=click.Choice(["zh-TW", "en", "ja"]))
+@click.option("--max-chars", type=click.IntRange(1000), help="This runtime's budget for one "
+              "injection (default: [gitstate] injection_max_chars; at most 10,000 for "
+              "claude-code). A longer section has its handoff line replaced by a pointer; "
+              "key lines are never cut.")
+@click.pass_obj
+def hook(obj: Ctx, runtime: str, event: str | None, locale: str | None,
+         max_chars: int | None) -> None:
+    """Print the section for an agent runtime's wake-up hook.
+
+    \b
+    claude-code  Claude Code's hook JSON (hookSpecificOutput.additionalContext), for
+                 SessionStart and UserPromptSubmit command hooks; see hooks/claude-code/.
+    plain        the section as plain text, for any gateway.
+
+    Prints nothing at all when the state is empty or injection is disabled. Errors go to
+    stderr with exit 1 (never 2, which would block a Claude Code prompt).
+    """
+    from ..fastpath import run_fast
+
+    opts = {"runtime": runtime, **({"event": event} if event else {}),
+            **({"locale": locale} if locale else {}),
+            **({"max-chars": str(max_chars)} if max_chars else {})}
+    code = run_fast("hook", str(obj.agent_dir), opts)
+    if code:
+        raise click.exceptions.Exit(code)

@@ -1,0 +1,64 @@
+"""Commands that run something long: the MCP server and the demo."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import UsageError
+from .context import Ctx
+
+
+@click.command()
+@click.option("--http", "http", is_flag=True, help="Serve MCP over Streamable HTTP at "
+              "http://HOST:PORT/mcp instead of stdio.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="(--http) Address to bind. Anything but loopback needs a bearer token.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8765, show_default=True,
+              help="(--http) Port to bind.")
+@click.option("--token-env", default="GITSTATE_MCP_TOKEN", show_default=True,
+              help="(--http) Environment variable holding the bearer token clients must send.")
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="(--http) File holding the bearer token (first line); wins over "
+              "--token-env. Never pass a token itself on the command line.")
+@click.option("--allow-host", multiple=True, help="(--http) Another Host header to accept, "
+              "e.g. the name clients use behind a proxy (repeatable).")
+@click.option("--allow-origin", multiple=True, help="(--http) A browser Origin to accept, "
+              "e.g. https://console.example (repeatable).")
+@click.pass_obj
+def mcp(obj: Ctx, http: bool, host: str, port: int, token_env: str, token_file: Path | None,
+        allow_host: tuple[str, ...], allow_origin: tuple[str, ...]) -> None:
+    """Run the MCP server on stdio, or over Streamable HTTP with --http (needs the extra:
+    pip install 'gitstate[mcp]').
+
+    \b
+    Tools: working_state_set, working_state_clear, working_state_handoff, working_state_get.
+    Resources: gitstate://section, gitstate://state, gitstate://key/{key} (with completion
+    of key names); subscriptions notify on every change, whoever made it.
+    See docs/mcp.md and examples/ for client configs.
+    """
+    try:
+        from ..mcp_server import serve
+    except ImportError as exc:
+        raise UsageError(f"the MCP server needs the mcp extra: pip install 'gitstate[mcp]' "
+                         f"({exc})", rule="usage.mcp_missing") from exc
+    obj.repo().close()  # fail fast, with the usual message, if not initialised
+    if not http:
+        serve(obj.agent_dir)
+        return
+    from ..mcp_http import read_token, serve_http
+
+    serve_http(obj.agent_dir, host, port, read_token(token_env, token_file), allow_host,
+               allow_origin)
+
+
+@click.command()
+@click.option("--keep", is_flag=True, help="Keep the temporary agent directory.")
+@click.option("--agent-dir", "demo_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Run in this (new) directory instead of a temporary one.")
+def demo(keep: bool, demo_dir: Path | None) -> None:
+    """Replay the three-stop-loss day in a temporary agent directory."""
+    from ..demo import run_demo
+
+    run_demo(demo_dir, keep=keep)

@@ -1,0 +1,184 @@
+"""The write engine: the one path every write takes, for any ref.
+
+``WriteEngine.write(planner)``: take the thread mutex and the kernel lock, let the
+recovery step repair what a killed writer left, answer a retried request id from history,
+then loop: read the base (the ref's commit, its state and schema, the commit's time), run
+the planner, run the whole-state check, commit through the committer with compare-and-swap
+on the ref, and run the post-commit hooks. A committer that returns None (the ref moved:
+another writer, or the remote in remote-first mode) starts the loop over on the new base.
+
+What is specific to main (the working tree, the projection, the schema cache) and to a
+remote (remote-first commits) is plugged in by the caller: the engine knows refs, states
+and plans only. After the ref moved the write is committed; a failing hook becomes a
+warning, repaired by the next operation, never a second commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+
+from . import checks
+from .config import Config, resolve_tz
+from .errors import StoreError
+from .layout import BRANCH, STATE_FILE
+from .model import format_time
+from .planners import Base, Plan
+from .reader import StateReader
+from .requests import find
+from .results import WriteResult
+
+Planner = Callable[[Base], Plan]
+
+
+@dataclass(frozen=True)
+class Commit:
+    """What a committer commits: ``files`` on ``base``, with its message and identity."""
+
+    ref: str
+    base: str | None
+    files: dict[str, bytes | None]
+    message: bytes
+    identity: bytes
+    when: int
+    tz_offset: int
+
+
+class Committer(Protocol):
+    """Makes the commit and moves the ref; None when the ref (or the remote) moved."""
+
+    def prepare(self) -> None:
+        """Lock held, before the base is read (remote-first: fetch and fast-forward)."""
+
+    def commit(self, commit: Commit) -> str | None: ...
+
+
+class LocalCommitter:
+    def __init__(self, reader: StateReader) -> None:
+        self.store = reader.store
+
+    def prepare(self) -> None:
+        return None
+
+    def commit(self, commit: Commit) -> str | None:
+        return self.store.commit(commit.base, commit.files, commit.message, commit.identity,
+                                 commit.when, commit.tz_offset, ref=commit.ref)
+
+
+PostCommit = Callable[[str, Plan, Base], None]
+"""A step after the ref moved: (new commit, the plan, its base)."""
+Recovery = Callable[[bool], list[str]]
+"""Lock held, before the base is read: repair leftovers; returns warnings. The flag says
+the write adopts a hand edit (which must then be left in place)."""
+
+
+@dataclass
+class WriteEngine:
+    reader: StateReader
+    config: Config
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    ref: str = BRANCH
+    committer: Committer | None = None
+    recover: Recovery | None = None
+    hooks: list[PostCommit] = field(default_factory=list)
+    writer: str | None = "runtime"
+    mutex: threading.Lock = field(default_factory=threading.Lock)
+    """The kernel lock serializes processes; this, the threads of one process."""
+
+    @property
+    def store(self):  # type: ignore[no-untyped-def]  # GitStore, kept off this signature
+        return self.reader.store
+
+    def now(self) -> datetime:
+        return self.clock().astimezone(UTC).replace(microsecond=0)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """The write lock (thread and process), for work beside writes (sync, rebuild)."""
+        with self.mutex, self.reader.store.lock():
+            yield
+
+    def write(self, planner: Planner, request: dict[str, str] | None = None,
+              adopting: bool = False) -> WriteResult:
+        try:
+            return self._write(planner, request, adopting)
+        except OSError as exc:  # before the commit point: nothing was written
+            rule = {errno.ENOSPC: "store.disk_full", errno.EROFS: "store.read_only",
+                    errno.EACCES: "store.permission"}.get(exc.errno or 0, "store.io")
+            raise StoreError(f"the write could not be made ({exc.strerror or exc}); nothing "
+                             "was committed", rule=rule) from exc
+
+    def _write(self, planner: Planner, request: dict[str, str] | None,
+               adopting: bool) -> WriteResult:
+        store = self.reader.store
+        committer = self.committer or LocalCommitter(self.reader)
+        with self.mutex, store.lock(), store.writing():
+            warnings = self.recover(adopting) if self.recover else []
+            committer.prepare()
+            if request is not None:
+                earlier = find(self.reader, request, self.now(), self.config.max_keys)
+                if earlier is not None:
+                    return earlier
+            for _ in range(5):
+                base = self.base()
+                plan = planner(base)
+                checks.whole_state(base.state, plan.state, base.now, self.config,
+                                   plan.schema, self.writer)
+                change = plan.change
+                if request is not None:
+                    change = dataclasses.replace(change, request=request)
+                if base.clock is not None:
+                    change = dataclasses.replace(change, clock=base.clock)
+                files = {STATE_FILE: plan.state.to_bytes(), **plan.files}
+                commit = committer.commit(Commit(
+                    self.ref, base.commit, files, change.message(), identity(self.config),
+                    int(base.now.timestamp()), tz_offset(self.config, base.now)))
+                if commit is None:
+                    continue  # the ref moved under us (a writer outside gitstate): again
+                self.reader.remember(commit, plan.state)
+                for hook in self.hooks:
+                    try:
+                        hook(commit, plan, base)
+                    except Exception as exc:
+                        warnings.append(f"committed {commit[:12]}, but a step after the "
+                                        f"commit failed ({exc}); the next operation repairs "
+                                        "it")
+                result = plan.result
+                result.commit = commit
+                result.live_keys = len(plan.state.live(base.now))
+                result.max_keys = self.config.max_keys
+                result.warnings = warnings
+                return result
+        raise StoreError(f"{self.ref} kept moving while writing; another tool is writing "
+                         "this repository", rule="store.contention")
+
+    def base(self) -> Base:
+        """The ref's commit, its state and schema, and the time a commit on it carries:
+        the clock, or the parent's time when the clock stepped back, so that commit times
+        never decrease and ``--at`` always names one state (the raw clock then goes in the
+        ``Gitstate-Clock`` trailer)."""
+        commit = self.reader.store.ref(self.ref)
+        if commit is None:
+            raise StoreError(f"{self.ref} does not exist", rule="store.no_ref")
+        now, clock = self.now(), None
+        parent_time = self.reader.store.commit_times(commit)[1]
+        if now.timestamp() < parent_time:
+            now, clock = datetime.fromtimestamp(parent_time, UTC), format_time(now)
+        return Base(commit, self.reader.state_at(commit), now, self.reader.schema_at(commit),
+                    clock)
+
+
+def identity(config: Config) -> bytes:
+    return f"{config.identity_name} <{config.identity_email}>".encode()
+
+
+def tz_offset(config: Config, now: datetime) -> int:
+    """Commits carry the configured zone's offset, so `git log` shows local times."""
+    offset = resolve_tz(config.timezone).utcoffset(now)
+    return int(offset.total_seconds()) if offset is not None else 0

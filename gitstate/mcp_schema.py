@@ -1,0 +1,89 @@
+"""The MCP tools' output schemas, generated from the result types in ``results``.
+
+Nothing is declared twice: each output model is built from a result dataclass's fields
+(types, defaults, descriptions) and :class:`results.Refusal`'s, so a field added to a
+result appears in the MCP schema at once. One object schema carries both shapes (see
+docs/mcp.md, "Refusals"): a client that reads only ``properties`` sees every field; a
+validating one (the TypeScript SDK, MCP Inspector) checks each shape exactly through
+``oneOf``, told apart by ``ok``.
+
+Needs pydantic (the ``mcp`` extra); only the MCP server imports it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from functools import cache
+from typing import Any, Literal, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from . import model, results
+from .model import Entry, Handoff
+
+RECORDS: dict[type, str] = {Entry: "Entry", Handoff: "Handoff"}
+"""The model's slot records (no dataclasses on the wake-up path) and their doc strings'
+owners: their pydantic form is derived from ``field_names`` and their annotations."""
+
+
+@cache
+def record_model(cls: Any) -> type[BaseModel]:
+    hints = typing.get_type_hints(cls, vars(model))
+    fields: dict[str, Any] = {}
+    for name in cls.field_names:
+        tp = hints[name]
+        optional = type(None) in get_args(tp)
+        fields[name] = (tp, None) if optional else (tp, ...)
+    return create_model(RECORDS[cls], __doc__=cls.__doc__, **fields)
+
+
+def _convert(tp: Any) -> Any:
+    """``tp`` with the model's records replaced by their pydantic models."""
+    if isinstance(tp, type) and tp in RECORDS:
+        return record_model(tp)
+    args = get_args(tp)
+    origin = get_origin(tp)
+    if not args or origin is Literal:
+        return tp
+    converted = tuple(_convert(a) for a in args)
+    if origin in (typing.Union, type(int | str)):
+        out = converted[0]
+        for a in converted[1:]:
+            out = out | a
+        return out
+    return origin[converted] if len(converted) > 1 else origin[converted[0]]
+
+
+def _fields(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls, {**vars(model), **vars(results)})
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in ("ok", "details"):
+            continue
+        tp = _convert(hints[f.name])
+        out[f.name] = (tp | None, Field(None, description=f.metadata.get("doc")))
+    return out
+
+
+def _one_of(success: list[str]) -> dict[str, Any]:
+    return {"oneOf": [
+        {"properties": {"ok": {"const": True}}, "required": ["ok", *success]},
+        {"properties": {"ok": {"const": False}}, "required": ["ok", "error", "message"]},
+    ]}
+
+
+def output_model(cls: type, required: list[str]) -> type[BaseModel]:
+    """The output model of a tool whose success is ``cls`` and whose refusal is
+    :class:`results.Refusal`; ``required``: the fields every success carries."""
+    fields = {**_fields(results.Refusal), **_fields(cls)}
+    fields["ok"] = (bool, Field(description="true: the call succeeded; false: it was "
+                                "refused or failed, and nothing was written."))
+    return create_model(
+        f"{cls.__name__}Out", __doc__=cls.__doc__,
+        __config__=ConfigDict(extra="allow", json_schema_extra=_one_of(required)),
+        **fields)
+
+
+WriteOut = output_model(results.WriteResult, ["op", "commit", "live_keys", "max_keys"])
+StateOut = output_model(results.StateView, ["head", "now", "keys", "live_keys", "max_keys"])

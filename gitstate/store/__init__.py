@@ -1,0 +1,36 @@
+"""The git store: the only package that talks to dulwich.
+
+It owns the state repository on disk: creating it, the kernel write lock, building and
+durably writing commits, the compare-and-swap of a ref, checking the working tree out,
+fetching and pushing, packing, and walking history. It knows nothing about keys or rules:
+callers hand it file contents and a message.
+
+Write protocol (see docs/design.md, "The write path"), all under ``flock(.git/gitstate.lock)``:
+
+1. blob, tree and commit objects are written with fsync (``fsync_object_files``);
+2. the ref moves by ``set_if_equals(base, new)``: this is the commit point;
+3. the working tree file is replaced atomically (unique temp name, fsync, rename), the index
+   entry updated, and a stamp ``<commit> <blob>`` written for the render fast path.
+
+A crash before 2 leaves only unreachable objects; a crash after 2 leaves a working tree
+that equals the parent commit's file, which :meth:`GitStore.worktree_status` recognises as
+a leftover (repaired silently) rather than a hand edit (reported, never injected).
+
+``base`` opens the repository and holds the objects, refs and lock; ``worktree``,
+``transport`` and ``packs`` add the working tree, remotes and packing on top of it.
+"""
+
+from __future__ import annotations
+
+from .base import BRANCH, ZERO, CommitInfo, WorktreeStatus
+from .fs import atomic_write, git_blob_id
+from .packs import PackOps
+from .transport import TransportOps
+from .worktree import WorktreeOps
+
+__all__ = ["BRANCH", "ZERO", "CommitInfo", "GitStore", "WorktreeStatus", "atomic_write",
+           "git_blob_id"]
+
+
+class GitStore(WorktreeOps, TransportOps, PackOps):
+    """One state repository (``<agent dir>/state``, or a bare server repository)."""

@@ -1,0 +1,429 @@
+"""The repository itself: opening and creating it, the write lock, objects, refs and
+history walks (see the package docstring for the write protocol)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Self, TypeVar
+
+from dulwich.errors import NotGitRepository
+from dulwich.file import FileLocked
+from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree
+from dulwich.refs import Ref
+from dulwich.repo import Repo
+
+from .. import faults, layout, locking, safefile
+from ..errors import NotInitialized, StoreError
+from ..layout import (
+    FILE_MODE,
+    INCOMING_PREFIX,
+    LOCK_FILE,
+    WRITING_FILE,
+)
+from .fs import created_dirs, holds_data
+
+BRANCH = Ref(layout.BRANCH.encode())
+ZERO = ObjectID(b"0" * 40)
+T = TypeVar("T")
+ObjT = TypeVar("ObjT", bound=ShaFile)
+
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """What a history walk yields per commit."""
+
+    id: str
+    parents: tuple[str, ...]
+    time: int
+    message: bytes
+    author: str
+
+
+@dataclass(frozen=True)
+class WorktreeStatus:
+    """How the working tree relates to HEAD."""
+
+    clean: bool
+    leftover: bool  # a killed write's remains: repair silently
+    hand_edited: tuple[str, ...]  # files edited by hand: report, never inject
+
+
+class RepoBase:
+    """One state repository: opening and creating it, the lock, objects and refs."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        # a working repository keeps .git; a bare one (a server) is the git dir itself
+        self.git_dir = path / ".git" if (path / ".git").exists() else path
+        try:
+            self.repo = Repo(str(path))
+        except NotGitRepository as exc:
+            raise NotInitialized(
+                f"{path} is not a gitstate repository; run `gitstate init` first",
+            ) from exc
+        # dulwich leaves loose objects un-fsynced by default (invariant 4).
+        self.repo.object_store.fsync_object_files = True
+        # commit id -> (parent ids, file name -> blob id): commits are immutable, so the few
+        # most recent ones are kept to spare re-reading objects on every write.
+        self._known: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {}
+        self.last_commit: CommitInfo | None = None
+        self._last_commit_time = 0
+        self.last_objects: list[str] = []
+
+    def use_quarantine(self, object_dir: str) -> None:
+        """In a pre-receive hook, the pushed objects wait in git's quarantine directory
+        (GIT_OBJECT_DIRECTORY): read from it first, then from the repository."""
+        from dulwich.object_store import DiskObjectStore, OverlayObjectStore
+
+        overlay = OverlayObjectStore([DiskObjectStore(object_dir), self.repo.object_store])
+        self.repo.object_store = overlay  # type: ignore[assignment]
+
+    # -- creation -------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, path: Path) -> Self:
+        """Open the repository at ``path``, creating it (on branch main, no commit yet) when
+        it is absent, or when an earlier create was interrupted before it wrote anything
+        worth keeping (no object, no ref). Call it with the directory locked."""
+        path.mkdir(parents=True, exist_ok=True)
+        git_dir = path / ".git"
+        if git_dir.exists():
+            try:
+                if not (git_dir / "HEAD").is_file() or not (git_dir / "config").is_file():
+                    raise NotInitialized(f"{git_dir} is incomplete")  # git init writes them last
+                store = cls(path)
+            except NotInitialized:
+                if holds_data(git_dir):
+                    raise NotInitialized(
+                        f"{git_dir} is not a usable git repository but holds objects or "
+                        "refs; move it aside or repair it with git, then run `gitstate "
+                        "init` again") from None
+                shutil.rmtree(git_dir)  # an interrupted create: nothing in it to lose
+            else:
+                _exclude_projection(store.git_dir)
+                return store
+        Repo.init(str(path), default_branch=b"main").close()
+        store = cls(path)
+        _exclude_projection(store.git_dir)
+        return store
+
+    def close(self) -> None:
+        self.repo.close()
+
+    # -- locking --------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def try_lock(self) -> Iterator[bool]:
+        """The write lock if it is free right now; yields whether it was taken."""
+        with locking.attempt(self.git_dir / LOCK_FILE) as taken:
+            yield taken
+
+    @contextlib.contextmanager
+    def lock(self, timeout: float = 60.0) -> Iterator[None]:
+        """The kernel write lock: released by the kernel when its holder dies."""
+        with locking.exclusive(self.git_dir / LOCK_FILE, timeout):
+            yield
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[bool]:
+        """Mark a write in progress (call with the lock held). Yields True when the marker
+        was already there, i.e. the previous writer died mid-write: its ``*.lock`` and
+        temporary files are then swept, since with the kernel lock held none is live."""
+        marker = self.git_dir / WRITING_FILE
+        crashed = marker.exists()
+        if crashed:
+            self.sweep_stale_locks()
+        else:
+            marker.touch()
+        try:
+            yield crashed
+        finally:  # a refusal or an error is a clean end; only a dead process skips this
+            with contextlib.suppress(FileNotFoundError):
+                marker.unlink()
+
+    def sweep_stale_locks(self) -> list[Path]:
+        """Remove every dulwich ``*.lock`` and our temporary files (lock held)."""
+        removed = []
+        for stale in self.git_dir.glob(INCOMING_PREFIX + "*"):  # a fetch that was killed
+            shutil.rmtree(stale, ignore_errors=True)
+            removed.append(stale)
+        for path in [*self.git_dir.rglob("*.lock"), *self.git_dir.glob(".*.tmp"),
+                     *self.path.glob(".*.tmp")]:
+            if path.name == LOCK_FILE:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+        return removed
+
+    def _stale_lock_safe(self, action: Callable[[], T]) -> T:
+        """Run a dulwich write; a ``*.lock`` it trips over is stale, since we hold the
+        kernel lock, so remove it and try again."""
+        for _ in range(8):
+            try:
+                return action()
+            except FileLocked as exc:
+                lock = exc.lockfilename
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(lock)
+        return action()
+
+    # -- reading --------------------------------------------------------------------------
+
+    def head(self) -> str | None:
+        try:
+            return self.repo.refs[BRANCH].decode()
+        except KeyError:
+            return None
+
+    def read_file(self, commit: str, name: str) -> bytes | None:
+        """A file's bytes at ``commit``, or None when it is not in that tree."""
+        tree = self._tree(commit)
+        try:
+            _, sha = tree[name.encode()]
+        except KeyError:
+            return None
+        return self._read_as(sha, Blob, f"blob of {name} at {commit}").as_raw_string()
+
+    def file_ids(self, commit: str) -> dict[str, str]:
+        """File name -> blob id at ``commit``."""
+        known = self._known.get(commit)
+        if known is not None:
+            return dict(known[1])
+        # a name that is not UTF-8 cannot be one of ours; ``tree_entries`` reports it
+        ids = {e.path.decode("utf-8", "replace"): e.sha.decode()
+               for e in self._tree(commit).iteritems()}
+        self._remember(commit, tuple(p.decode() for p in self._commit(commit).parents), ids)
+        return dict(ids)
+
+    def tree_entries(self, commit: str) -> list[tuple[bytes, int, str]]:
+        """The raw (name, mode, blob id) entries of ``commit``'s tree, for checking a
+        commit gitstate did not make."""
+        return [(e.path, e.mode, e.sha.decode()) for e in self._tree(commit).iteritems()]
+
+    def object_size(self, sha: str) -> int:
+        """The size of an object's content (a blob's byte count)."""
+        try:
+            _, data = self.repo.object_store.get_raw(ObjectID(sha.encode()))
+        except KeyError as exc:
+            raise StoreError(f"object {sha} is missing from the object store",
+                             rule="store.missing_object") from exc
+        return len(data)
+
+    def commit_times(self, commit: str) -> tuple[int, int]:
+        """(author time, committer time) of ``commit``."""
+        last = self.last_commit
+        if last is not None and last.id == commit:
+            return last.time, self._last_commit_time
+        obj = self._commit(commit)
+        return obj.author_time, obj.commit_time
+
+    def parents(self, commit: str) -> tuple[str, ...]:
+        known = self._known.get(commit)
+        if known is not None:
+            return known[0]
+        return tuple(p.decode() for p in self._commit(commit).parents)
+
+    def _remember(self, commit: str, parents: tuple[str, ...], ids: dict[str, str]) -> None:
+        if len(self._known) >= 8:
+            self._known.pop(next(iter(self._known)))
+        self._known[commit] = (parents, ids)
+
+    def commit_info(self, commit: str) -> CommitInfo:
+        obj = self._commit(commit)
+        return CommitInfo(
+            id=commit,
+            parents=tuple(p.decode() for p in obj.parents),
+            time=obj.commit_time,
+            message=obj.message,
+            author=obj.author.decode("utf-8", "replace"),
+        )
+
+    def walk(self, head: str, stop: str | None = None) -> Iterator[CommitInfo]:
+        """First-parent history from ``head`` back to (excluding) ``stop``, newest first."""
+        current: str | None = head
+        while current and current != stop:
+            info = self.commit_info(current)
+            yield info
+            current = info.parents[0] if info.parents else None
+
+    def _get(self, sha: ObjectID) -> ShaFile:
+        """Read an object. dulwich looks in packs, then loose: a concurrent repack can move
+        a loose object into a new pack between the two looks, so a miss is retried (the
+        retry rescans the pack directory), as git's own readers do."""
+        for attempt in range(3):
+            try:
+                return self.repo.object_store[sha]
+            except KeyError:
+                time.sleep(0.005 * attempt)
+        return self.repo.object_store[sha]
+
+    def _commit(self, commit: str) -> Commit:
+        return self._read_as(ObjectID(commit.encode()), Commit, f"commit {commit}")
+
+    def _tree(self, commit: str) -> Tree:
+        return self._read_as(self._commit(commit).tree, Tree, f"tree of {commit}")
+
+    def _read_as(self, sha: ObjectID, kind: type[ObjT], what: str) -> ObjT:
+        """An object of the expected type, or a StoreError naming the damaged object."""
+        try:
+            obj = self._get(sha)
+        except KeyError as exc:
+            raise StoreError(f"{what} ({sha.decode()}) is missing from the object store",
+                             rule="store.missing_object") from exc
+        except Exception as exc:  # zlib / header / format errors: a damaged object file
+            raise StoreError(f"{what} ({sha.decode()}) is corrupt ({exc}); run "
+                             "`gitstate verify`", rule="store.corrupt_object") from exc
+        if not isinstance(obj, kind):
+            raise StoreError(f"{what} ({sha.decode()}) is not a {kind.__name__.lower()}",
+                             rule="store.corrupt_object")
+        return obj
+
+    # -- writing --------------------------------------------------------------------------
+
+    def commit(
+        self,
+        base: str | None,
+        files: dict[str, bytes | None],
+        message: bytes,
+        identity: bytes,
+        when: int,
+        tz_offset: int = 0,
+        ref: str = layout.BRANCH,
+    ) -> str | None:
+        """Write a commit of ``files`` (None deletes) on top of ``base`` and move ``ref`` to
+        it if the ref still equals ``base``. Returns the new id, or None when it moved."""
+        new_id = self.make_commit(base, files, message, identity, when, tz_offset)
+        faults.hit("objects")  # objects durable, ref not moved yet
+        if not self.move_ref(ref, base, new_id):
+            return None
+        faults.hit("ref")  # committed; working tree and projection not refreshed yet
+        return new_id
+
+    def make_commit(self, base: str | None, files: dict[str, bytes | None], message: bytes,
+                    identity: bytes, when: int, tz_offset: int = 0,
+                    author_time: int | None = None) -> str:
+        """Write (durably) the objects of a commit on ``base``; no ref moves."""
+        tree = Tree()
+        if base is not None:
+            for name, blob_id in self.file_ids(base).items():
+                tree.add(name.encode(), FILE_MODE, ObjectID(blob_id.encode()))
+        new_objects: list[Blob | Tree | Commit] = []
+        for name, data in files.items():
+            if data is None:
+                with contextlib.suppress(KeyError):
+                    del tree[name.encode()]
+                continue
+            blob = Blob.from_string(data)
+            new_objects.append(blob)
+            tree.add(name.encode(), FILE_MODE, blob.id)
+        commit = Commit()
+        commit.tree = tree.id
+        commit.parents = [ObjectID(base.encode())] if base else []
+        commit.author = commit.committer = identity
+        commit.author_time = author_time if author_time is not None else when
+        commit.commit_time = when
+        commit.author_timezone = commit.commit_timezone = tz_offset
+        commit.encoding = b"UTF-8"
+        commit.message = message
+        new_objects += [tree, commit]
+        fan_out = {str(self.git_dir / "objects" / o.id[:2].decode()) for o in new_objects}
+        created = created_dirs(fan_out)
+        for obj in new_objects:
+            self._stale_lock_safe(lambda o=obj: self._add_object(o))  # type: ignore[misc]
+        self._fsync_dirs(fan_out | created)
+        new_id = commit.id.decode()
+        self._remember(new_id, (base,) if base else (),
+                       {e.path.decode(): e.sha.decode() for e in tree.iteritems()})
+        self.last_commit = CommitInfo(new_id, (base,) if base else (), commit.author_time,
+                                      message, identity.decode("utf-8", "replace"))
+        self._last_commit_time = when
+        self.last_objects = [o.id.decode() for o in new_objects]
+        return new_id
+
+    def move_ref(self, name: str, old: str | None, new: str | None) -> bool:
+        """Compare-and-swap any ref (None: absent / delete); durable when it returns."""
+        ref = Ref(name.encode())
+        old_id = ObjectID(old.encode()) if old else ZERO
+        if new is None:
+            return bool(self._stale_lock_safe(
+                lambda: self.repo.refs.remove_if_equals(ref, old_id)))
+        ref_dir = os.path.dirname(self.git_dir / name)
+        created = created_dirs({ref_dir})
+        moved = self._stale_lock_safe(
+            lambda: self.repo.refs.set_if_equals(ref, old_id, ObjectID(new.encode())))
+        if moved:
+            self._fsync_dirs({ref_dir} | created)
+        return bool(moved)
+
+    def ref(self, name: str) -> str | None:
+        try:
+            return self.repo.refs[Ref(name.encode())].decode()
+        except KeyError:
+            return None
+
+    def is_ancestor(self, ancestor: str, commit: str) -> bool:
+        """Whether ``ancestor`` is on ``commit``'s first-parent chain (gitstate histories
+        are linear)."""
+        return any(info.id == ancestor for info in self.walk(commit))
+
+
+
+
+
+
+
+
+
+
+    def _add_object(self, obj: Blob | Tree | Commit) -> None:
+        # A concurrent `git prune-packed` removes empty fan-out directories, possibly between
+        # dulwich's mkdir and its open of `<sha>.lock`: try again, the mkdir comes first.
+        for _ in range(5):
+            try:
+                self.repo.object_store.add_object(obj)
+                return
+            except FileNotFoundError:
+                continue
+        self.repo.object_store.add_object(obj)
+
+    @staticmethod
+    def _fsync_dirs(dirs: set[str]) -> None:
+        """A new directory entry (object file, renamed ref) is durable only once its
+        directory is fsynced. (A fan-out directory that vanished was emptied by a concurrent
+        prune-packed: its objects are in a pack, which the packer made durable.)"""
+        for d in dirs:
+            try:
+                fd = os.open(d, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+
+
+
+    # -- maintenance ----------------------------------------------------------------------
+
+
+def _exclude_projection(git_dir: Path) -> None:
+    exclude = git_dir / "info" / "exclude"
+    exclude.parent.mkdir(exist_ok=True)
+    lines = "/working_state_history.jsonl\n/.*.tmp\n"
+    try:
+        if lines in safefile.read_regular(exclude, 1 << 20).decode("utf-8", "replace"):
+            return
+    except FileNotFoundError:
+        pass
+    with exclude.open("a", encoding="utf-8") as f:
+        f.write("# gitstate: projections and temporary files, never committed\n" + lines)

@@ -1,0 +1,99 @@
+"""The working tree: checkout, the stamp for the render fast path, and telling a killed
+writer's leftovers from a hand edit."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+
+from dulwich.index import index_entry_from_stat, write_index_dict
+from dulwich.objects import ObjectID
+
+from .. import layout, safefile
+from ..errors import StoreError
+from ..layout import FILE_MODE, SCHEMA_FILE, STAMP_FILE, STATE_FILE, TREE_FILES
+from .base import RepoBase, WorktreeStatus
+from .fs import atomic_write, file_blob_id
+
+
+class WorktreeOps(RepoBase):
+    """The working tree of a state repository (see the module docstring)."""
+
+    def checkout(self, commit: str, contents: dict[str, bytes] | None = None) -> None:
+        """Make the working tree, the index and the stamp equal ``commit``. ``contents``
+        may hold file bytes the caller already has, to spare reading them back."""
+        ids = self.file_ids(commit)
+        unknown = sorted(set(ids) - TREE_FILES.keys())
+        if unknown:  # never reached through the checks of foreign commits; kept as a wall
+            raise StoreError(f"commit {commit[:12]} holds files gitstate does not know "
+                             f"({', '.join(repr(n) for n in unknown[:5])}); nothing was "
+                             "checked out", rule="tree.unknown_name")
+        entries = {}
+        for name, blob_id in ids.items():
+            target = self.path / name
+            if file_blob_id(target) != blob_id:
+                data = (contents or {}).get(name) or self.read_file(commit, name)
+                assert data is not None
+                atomic_write(target, data)
+            entries[name.encode()] = index_entry_from_stat(
+                os.stat(target), ObjectID(blob_id.encode()), FILE_MODE)
+        parents = self.parents(commit)
+        for name in (self.file_ids(parents[0]) if parents else {}).keys() - ids.keys():
+            with contextlib.suppress(FileNotFoundError):
+                (self.path / name).unlink()  # a file this commit deleted
+        # The index only makes `git status` agree; it is a cache of HEAD, so it is written
+        # without fsync (dulwich's Index.write always fsyncs).
+        buf = io.BytesIO()
+        write_index_dict(buf, entries, version=2)
+        raw = buf.getvalue()
+        atomic_write(self.git_dir / "index", raw + hashlib.sha1(raw).digest(), fsync=False)
+        stamp = layout.format_stamp(commit, ids.get(STATE_FILE, ""), ids.get(SCHEMA_FILE))
+        atomic_write(self.git_dir / STAMP_FILE, stamp, fsync=False)
+
+    def worktree_matches_stamp(self, commit: str) -> bool:
+        """The cheap check (the render fast path's): the stamp names ``commit`` and the
+        working tree file hashes to the stamped blob."""
+        try:
+            stamp = layout.parse_stamp(safefile.read_regular(self.git_dir / STAMP_FILE, 256))
+        except OSError:
+            return False
+        if stamp is None:
+            return False
+        stamp_commit, blob, schema_blob = stamp
+        ids = self.file_ids(commit)
+        if stamp_commit != commit or ids.get(STATE_FILE) != blob or \
+                ids.get(SCHEMA_FILE, "-") != schema_blob or \
+                not set(ids) <= {STATE_FILE, SCHEMA_FILE}:
+            return False
+        return all(file_blob_id(self.path / name) == blob_id for name, blob_id in ids.items())
+
+    def worktree_status(self, commit: str) -> WorktreeStatus:
+        """Compare the working tree with ``commit``; tell leftovers from hand edits."""
+        ids = self.file_ids(commit)
+        parent_ids: dict[str, str] = {}
+        parents = self.parents(commit)
+        if parents:
+            parent_ids = self.file_ids(parents[0])
+        differing = []
+        leftover = False
+        for name, blob_id in ids.items():
+            actual = file_blob_id(self.path / name)
+            if actual == blob_id:
+                continue
+            if actual is None or actual == parent_ids.get(name):
+                leftover = True  # missing, or still the previous commit's file
+            else:
+                differing.append(name)
+        for name in parent_ids.keys() - ids.keys():
+            if (self.path / name).exists():
+                leftover = True
+        stray = [p for p in self.path.glob(".*.tmp")]
+        leftover = leftover or bool(stray)
+        return WorktreeStatus(not differing and not leftover, leftover, tuple(differing))
+
+    def remove_temp_files(self) -> None:
+        for p in self.path.glob(".*.tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()

@@ -1,0 +1,219 @@
+"""The package's shape, checked from its source with an AST walk (deferred and typing-only
+imports count): imports point one way, nobody takes another module's private names or
+reaches into another object's private members, and modules and classes stay readable.
+
+Run with ``-s`` to see the dependency graph, one layer per line (a module imports only
+modules on lines above it).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "gitstate"
+MAX_MODULE_LINES = 500
+MAX_CLASS_LINES = 400
+
+# Private members of third-party objects that have no public equivalent, each with why.
+THIRD_PARTY_PRIVATE = {
+    # the mcp SDK's FastMCP has no public way to register a request handler it lacks
+    # (resources/subscribe, logging/setLevel) or to reach the connection from a context
+    ("gitstate.mcp_server", "_lowlevel_server"),
+    ("gitstate.mcp_server", "_connection"),
+    # os._exit: a simulated crash must skip every cleanup handler
+    ("gitstate.faults", "_exit"),
+}
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, ast.Module]:
+    return {module_name(p): ast.parse(p.read_text(encoding="utf-8"), str(p))
+            for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _resolve(current: str, is_package: bool, level: int, target: str | None) -> str:
+    base = current.split(".") if is_package else current.split(".")[:-1]
+    if level > 1:
+        base = base[: len(base) - (level - 1)]
+    return ".".join([*base, *([target] if target else [])])
+
+
+def imports(mods: dict[str, ast.Module]) -> tuple[dict[str, set[str]], list[str]]:
+    """Edges module -> gitstate modules it imports, and every private name taken."""
+    packages = {m for m in mods if (PACKAGE.parent / m.replace(".", "/") / "__init__.py")
+                .exists()}
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    private: list[str] = []
+    for name, tree in mods.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("gitstate"):
+                        graph[name].add(_nearest(alias.name, mods))
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    target = _resolve(name, name in packages, node.level, node.module)
+                elif node.module and node.module.startswith("gitstate"):
+                    target = node.module
+                else:
+                    continue
+                for alias in node.names:
+                    full = f"{target}.{alias.name}"
+                    if full in mods:
+                        graph[name].add(full)
+                    else:
+                        graph[name].add(_nearest(target, mods))
+                        if alias.name.startswith("_") and not alias.name.startswith("__"):
+                            private.append(f"{name} takes {target}.{alias.name}")
+        graph[name].discard(name)
+    return graph, private
+
+
+def _nearest(dotted: str, mods: dict[str, ast.Module]) -> str:
+    while dotted not in mods and "." in dotted:
+        dotted = dotted.rsplit(".", 1)[0]
+    return dotted
+
+
+def private_reaches(mods: dict[str, ast.Module]) -> list[str]:
+    """``x._member`` where x is not self / cls: a reach into someone else's internals."""
+    found = []
+    for name, tree in mods.items():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute):
+                continue
+            attr = node.attr
+            if not attr.startswith("_") or attr.startswith("__"):
+                continue
+            owner = node.value
+            if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+                continue
+            if (name, attr) in THIRD_PARTY_PRIVATE:
+                continue
+            found.append(f"{name}:{node.lineno} reaches .{attr} of {ast.unparse(owner)}")
+    return found
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def layers(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Modules by depth: layer 0 imports nothing of gitstate, layer n only layers < n."""
+    depth: dict[str, int] = {}
+
+    def d(v: str, seen: frozenset[str] = frozenset()) -> int:
+        if v in depth:
+            return depth[v]
+        if v in seen:
+            return 0  # a cycle: reported by the cycle test
+        depth[v] = max((d(w, seen | {v}) + 1 for w in graph[v] if w != "gitstate"),
+                       default=0)
+        return depth[v]
+
+    for v in graph:
+        d(v)
+    out: list[list[str]] = [[] for _ in range(max(depth.values()) + 1)]
+    for v, n in depth.items():
+        out[n].append(v)
+    return [sorted(layer) for layer in out]
+
+
+@pytest.fixture(scope="module")
+def source() -> dict[str, ast.Module]:
+    return modules()
+
+
+def test_dependency_graph_has_no_cycle(source: dict[str, ast.Module]) -> None:
+    graph, _ = imports(source)
+    graph.pop("gitstate", None)  # the root's lazy __getattr__ re-exports; nothing imports it
+    for deps in graph.values():
+        deps.discard("gitstate")
+    print("\ndependency layers (each module imports only modules on lines above it):")
+    for n, layer in enumerate(layers(graph)):
+        print(f"  {n:>2}: {' '.join(m.removeprefix('gitstate.') for m in layer)}")
+    assert cycles(graph) == []
+
+
+def test_nothing_imports_the_package_root(source: dict[str, ast.Module]) -> None:
+    graph, _ = imports(source)
+    users = sorted(m for m, deps in graph.items() if "gitstate" in deps and m != "gitstate")
+    assert users == []
+
+
+def test_no_private_names_taken(source: dict[str, ast.Module]) -> None:
+    assert imports(source)[1] == []
+
+
+def test_no_reach_into_private_members(source: dict[str, ast.Module]) -> None:
+    assert private_reaches(source) == []
+
+
+def test_modules_and_classes_stay_readable(source: dict[str, ast.Module]) -> None:
+    too_long = []
+    for name, tree in source.items():
+        path = PACKAGE.parent / (name.replace(".", "/") + ".py")
+        if not path.exists():
+            path = PACKAGE.parent / name.replace(".", "/") / "__init__.py"
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > MAX_MODULE_LINES:
+            too_long.append(f"module {name}: {lines} lines")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                size = node.end_lineno - node.lineno + 1
+                if size > MAX_CLASS_LINES:
+                    too_long.append(f"class {name}.{node.name}: {size} lines")
+    assert too_long == []
+
+
+def test_the_checker_sees_what_it_forbids() -> None:
+    """The walk itself: a cycle, a private import and a reach are each found."""
+    mods = {
+        "gitstate.a": ast.parse("from .b import thing\ndef f(x):\n    return x._inner\n"),
+        "gitstate.b": ast.parse("def g():\n    from .a import _hidden\n"),
+    }
+    graph, private = imports(mods)
+    assert cycles(graph) == [["gitstate.a", "gitstate.b"]]
+    assert private == ["gitstate.b takes gitstate.a._hidden"]
+    assert private_reaches(mods) == ["gitstate.a:3 reaches ._inner of x"]
