@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gitstate.repo import StateRepo
-from tests.helpers import Clock
+from tests.helpers import Clock, npm_ci
 
 
 @pytest.fixture(autouse=True)
@@ -56,14 +54,7 @@ def node_modules() -> Path:
     """tests/js (the TypeScript SDK client, MCP Inspector) installed from its lock file with
     npm ci, once per lock change; skipped without node and npm."""
     js = Path(__file__).resolve().parent / "js"
-    npm, node = shutil.which("npm"), shutil.which("node")
-    if npm is None or node is None:
-        pytest.skip("node and npm are needed for the TypeScript SDK and Inspector clients")
-    marker = js / "node_modules" / ".package-lock.json"
-    lock = js / "package-lock.json"
-    if not marker.exists() or marker.stat().st_mtime < lock.stat().st_mtime:
-        out = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-                             cwd=js, capture_output=True, text=True, timeout=600, check=False)
-        if out.returncode != 0:
-            pytest.skip(f"npm ci failed (no registry?): {out.stderr[-500:]}")
+    problem = npm_ci(js, timeout=600)
+    if problem:
+        pytest.skip(f"the TypeScript SDK and Inspector clients: {problem}")
     return js / "node_modules"

@@ -129,3 +129,26 @@ class HttpServer:
             self.proc.wait()
         if self.proc.stderr:
             self.proc.stderr.close()
+
+
+def npm_ci(directory: Path, timeout: float = 900) -> str | None:
+    """Install ``directory``'s npm packages from its lock file (``npm ci``) unless they are
+    installed already and newer than the lock; None when ready, else why not. A file lock
+    makes parallel test workers take turns (two npm ci in one directory break each other)."""
+    import fcntl
+    import shutil
+
+    npm = shutil.which("npm")
+    if npm is None or shutil.which("node") is None:
+        return "node and npm are needed"
+    marker = directory / "node_modules" / ".package-lock.json"
+    lock = directory / "package-lock.json"
+    with (directory / ".npm-ci.lock").open("w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        if marker.exists() and marker.stat().st_mtime >= lock.stat().st_mtime:
+            return None
+        out = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+                             cwd=directory, capture_output=True, text=True, timeout=timeout,
+                             check=False)
+    return None if out.returncode == 0 else f"npm ci failed (no registry?): {out.stderr[-500:]}"
+

