@@ -1,4 +1,5 @@
-"""Specification of the command line, run as a real process: forms, exit codes, output."""
+"""Specification of the command line: forms, exit codes, output (in-process through the entry
+point; `run_cli(..., process=True)` where the process itself is tested)."""
 
 from __future__ import annotations
 
