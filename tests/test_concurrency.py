@@ -60,7 +60,9 @@ def test_sigkill_at_random_moments_loses_nothing(agent_dir: Path) -> None:
     acked: list[int] = []
     next_i = 1
     kills = 0
-    while kills < 55:
+    # at least 55 kills and 51 acknowledged writes: on a loaded machine (parallel test
+    # workers) a worker acknowledges fewer writes per kill, so it takes more kills
+    while (kills < 55 or len(acked) <= 50) and kills < 300:
         proc = _worker("write_forever", str(agent_dir), str(next_i))
         assert proc.stdout is not None
         assert proc.stdout.readline() == "ready\n"
