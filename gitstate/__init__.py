@@ -25,6 +25,7 @@ _EXPORTS = {
     "WriteResult": "results", "DiscardResult": "results", "StateView": "results",
     "KeyState": "results", "Overridden": "results", "SyncResult": "results",
     "Refusal": "results", "refusal": "results", "to_json": "results",
+    "SyncStatus": "results", "SchemaReport": "results", "ChangeRecord": "projection",
     # the model and the configuration
     "Entry": "model", "Handoff": "model", "State": "model", "Scalar": "model",
     "Config": "config", "load_config": "config",
@@ -42,6 +43,7 @@ _EXPORTS = {
 __all__ = [  # the keys of _EXPORTS and the version (a test keeps the two in step)
     "UNSET",
     "CasMismatch",
+    "ChangeRecord",
     "Check",
     "Config",
     "ConfigError",
@@ -63,6 +65,7 @@ __all__ = [  # the keys of _EXPORTS and the version (a test keeps the two in ste
     "Refusal",
     "Refused",
     "Scalar",
+    "SchemaReport",
     "SectionTooLarge",
     "State",
     "StateDiff",
@@ -70,6 +73,7 @@ __all__ = [  # the keys of _EXPORTS and the version (a test keeps the two in ste
     "StateView",
     "StoreError",
     "SyncResult",
+    "SyncStatus",
     "Unset",
     "UsageError",
     "WriteResult",
@@ -107,14 +111,17 @@ if TYPE_CHECKING:
     from .fastpath import section
     from .model import Entry, Handoff, Scalar, State
     from .planners import UNSET, Expected, Observation, Unset
+    from .projection import ChangeRecord
     from .repo import StateRepo
     from .results import (
         DiscardResult,
         KeyState,
         Overridden,
         Refusal,
+        SchemaReport,
         StateView,
         SyncResult,
+        SyncStatus,
         WriteResult,
         refusal,
         to_json,

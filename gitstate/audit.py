@@ -19,7 +19,7 @@ from . import gitcli, safefile
 from .errors import GitStateError, HistoryRewritten, LockTimeout, StoreError, UsageError
 from .layout import TREE_FILES
 from .model import HISTORY_FILE, STATE_FILE, Handoff, State, format_time, parse_time
-from .projection import Mark, record
+from .projection import ChangeRecord, Mark, record
 from .replay import ReplayError, apply_change
 from .trailers import NotAGitstateCommit, parse_message
 
@@ -94,7 +94,7 @@ def resolve_at(repo: StateRepo, at: str) -> tuple[str, datetime]:
 
 
 def log(repo: StateRepo, key: str | None = None, limit: int | None = None,
-        since: datetime | None = None) -> Iterator[dict[str, Any]]:
+        since: datetime | None = None) -> Iterator[ChangeRecord]:
     """Changes newest first, optionally for one key and since a time."""
     needle = None if key is None else f'"key": "{key}"'.encode()
     count = 0
@@ -114,10 +114,10 @@ def blame(repo: StateRepo) -> dict[str, dict[str, Any]]:
     """For every current key, the newest change that touched it (which set its value)."""
     state = repo.state()
     wanted = set(state.keys)
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, ChangeRecord] = {}
     for rec in repo.history_iter():
-        touched = {rec["key"]} if rec.get("key") else set(
-            (rec.get("adopt") or {}).get("keys", {}))
+        key = rec["key"]
+        touched = {key} if key else set((rec.get("adopt") or {}).get("keys", {}))
         for key in touched & (wanted - found.keys()):
             found[key] = rec
         if found.keys() == wanted:
@@ -364,8 +364,7 @@ def fleet(root: Path, expiring_hours: float = 4.0,
                     "expiring": sorted(k for k, e in live.items()
                                        if e.expires_at and e.expires_at <= soon),
                     "verify": "ok" if not failed else "FAIL " + ",".join(failed),
-                    "ahead": st["ahead"], "behind": st["behind"],
-                    "remote": st["remote_url"]})
+                    "ahead": st.ahead, "behind": st.behind, "remote": st.remote_url})
         except GitStateError as exc:
             row.update({"error": f"[{exc.rule}] {exc.message}"})
         rows.append(row)

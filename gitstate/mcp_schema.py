@@ -42,6 +42,8 @@ def _convert(tp: Any) -> Any:
     """``tp`` with the model's records replaced by their pydantic models."""
     if isinstance(tp, type) and tp in RECORDS:
         return record_model(tp)
+    if typing.is_typeddict(tp):  # a history record: pydantic takes only typing_extensions'
+        return dict[str, Any]
     args = get_args(tp)
     origin = get_origin(tp)
     if not args or origin is Literal:

@@ -15,12 +15,35 @@ import os
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple, Protocol
+from typing import Any, BinaryIO, NamedTuple, Protocol, Required, TypedDict
 
 from . import faults, safefile
 from .errors import HistoryRewritten
 from .model import HISTORY_FILE, format_time
 from .trailers import NotAGitstateCommit, parse_message
+
+
+class ChangeRecord(TypedDict, total=False):
+    """One line of working_state_history.jsonl: one commit (docs/auditing.md). ``op`` is
+    init, set, clear, handoff, adopt, observe, schema or foreign (a commit gitstate did not
+    make); the last four fields appear only for the operations that have them."""
+
+    commit: Required[str]
+    parent: Required[str | None]
+    time: Required[str]
+    actor: Required[str | None]
+    op: Required[str]
+    key: Required[str | None]
+    old: Required[Any]
+    new: Required[Any]
+    reason: Required[str]
+    expires_at: Required[str | None]
+    reverts: Required[str | None]
+    request: Required[dict[str, str] | None]
+    handoff: dict[str, Any] | None
+    adopt: dict[str, Any] | None
+    observation: str
+    schema_version: int
 
 
 class _Commit(Protocol):
@@ -38,22 +61,21 @@ class _Walker(Protocol):
     def walk(self, head: str, stop: str | None = None) -> Iterator[Any]: ...
 
 
-def record(info: _Commit) -> dict[str, Any]:
+def record(info: _Commit) -> ChangeRecord:
     """The projection line of one commit."""
-    base: dict[str, Any] = {
-        "commit": info.id,
-        "parent": info.parents[0] if info.parents else None,
-        "time": format_time(datetime.fromtimestamp(info.time, UTC)),
-    }
+    commit, parent = info.id, info.parents[0] if info.parents else None
+    time = format_time(datetime.fromtimestamp(info.time, UTC))
     try:
         change = parse_message(info.message)
     except NotAGitstateCommit:
         text = info.message.decode("utf-8", "replace").strip()
-        return {**base, "actor": None, "op": "foreign", "key": None, "old": None,
-                "new": None, "reason": text, "expires_at": None, "reverts": None,
-                "request": None}
-    out = {
-        **base,
+        return {"commit": commit, "parent": parent, "time": time, "actor": None,
+                "op": "foreign", "key": None, "old": None, "new": None, "reason": text,
+                "expires_at": None, "reverts": None, "request": None}
+    out: ChangeRecord = {
+        "commit": commit,
+        "parent": parent,
+        "time": time,
         "actor": change.actor,
         "op": change.op,
         "key": change.key,
@@ -75,7 +97,7 @@ def record(info: _Commit) -> dict[str, Any]:
     return out
 
 
-def _line(rec: dict[str, Any]) -> bytes:
+def _line(rec: ChangeRecord) -> bytes:
     return (json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
 
 
@@ -117,7 +139,7 @@ class Projection:
             newest = self._tail(f, 1, end)
         return Mark(end, str(newest[0]["commit"]) if newest else None)
 
-    def tail(self, n: int, end: int | None = None) -> list[dict[str, Any]]:
+    def tail(self, n: int, end: int | None = None) -> list[ChangeRecord]:
         """The newest ``n`` complete records (of the first ``end`` bytes), newest first."""
         if n <= 0:
             return []
@@ -129,7 +151,7 @@ class Projection:
             return self._tail(f, n, size if end is None else min(end, size))
 
     @staticmethod
-    def _tail(f: BinaryIO, n: int, end: int) -> list[dict[str, Any]]:
+    def _tail(f: BinaryIO, n: int, end: int) -> list[ChangeRecord]:
         pos, chunk, data = end, 8192, b""
         while pos > 0 and data.count(b"\n") <= n:
             step = min(chunk, pos)
@@ -147,7 +169,7 @@ class Projection:
         return out
 
     def newest_first(self, contains: bytes | None = None,
-                     end: int | None = None) -> Iterator[dict[str, Any]]:
+                     end: int | None = None) -> Iterator[ChangeRecord]:
         """Records (of the first ``end`` bytes) newest first, reading the file backwards in
         chunks; with ``contains``, only lines holding those bytes are parsed (a cheap
         pre-filter for per-key queries)."""
@@ -181,7 +203,7 @@ class Projection:
     def last_commit(self) -> str | None:
         return self.mark().last
 
-    def all(self, end: int | None = None) -> list[dict[str, Any]]:
+    def all(self, end: int | None = None) -> list[ChangeRecord]:
         """Every complete record (of the first ``end`` bytes), oldest first."""
         f = self._open()
         if f is None:
@@ -194,7 +216,7 @@ class Projection:
                 out.append(json.loads(raw))
         return out
 
-    def missing(self, walker: _Walker, head: str, last: str | None) -> list[dict[str, Any]]:
+    def missing(self, walker: _Walker, head: str, last: str | None) -> list[ChangeRecord]:
         """Records for the commits after ``last`` (the projection's newest, from a mark read
         before ``head``) up to ``head``, oldest first.
 
@@ -219,7 +241,7 @@ class Projection:
         pending.reverse()
         return pending
 
-    def append(self, records: Iterable[dict[str, Any]]) -> None:
+    def append(self, records: Iterable[ChangeRecord]) -> None:
         """Append records with one write; a torn tail is cut first. No fsync: the file is
         a cache of the log, caught up from git after a crash."""
         data = b"".join(_line(r) for r in records)

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from .errors import HistoryRewritten, NotInitialized, StoreError
 from .layout import SCHEMA_FILE, STATE_FILE
 from .model import EMPTY, State
-from .projection import Mark, Projection, record
+from .projection import ChangeRecord, Mark, Projection, record
 from .schema import Schema, parse_schema
 from .store import GitStore
 
@@ -84,7 +83,7 @@ class StateReader:
         mark = self.projection.mark()
         return mark, self.head()
 
-    def recent(self, head: str, n: int, mark: Mark) -> tuple[list[dict[str, Any]], list[str]]:
+    def recent(self, head: str, n: int, mark: Mark) -> tuple[list[ChangeRecord], list[str]]:
         """The newest ``n`` changes up to ``head``, and the warning when the branch was
         rewritten (get still answers, from git; verify and writes refuse)."""
         try:
@@ -97,16 +96,16 @@ class StateReader:
             newest += self.projection.tail(n - len(newest), mark.end)
         return newest, []
 
-    def history_iter(self, contains: bytes | None = None) -> Iterator[dict[str, Any]]:
+    def history_iter(self, contains: bytes | None = None) -> Iterator[ChangeRecord]:
         """Every change newest first: commits the projection lacks, then the projection."""
         mark, head = self.snapshot()
         pending = self.projection.missing(self.store, head, mark.last)
         yield from reversed(pending)
         yield from self.projection.newest_first(contains, mark.end)
 
-    def history_from(self, commit: str, n: int) -> list[dict[str, Any]]:
+    def history_from(self, commit: str, n: int) -> list[ChangeRecord]:
         """The newest ``n`` changes as of ``commit`` (``get --at``)."""
-        out: list[dict[str, Any]] = []
+        out: list[ChangeRecord] = []
         for rec in self.history_iter():
             if out or rec["commit"] == commit:
                 out.append(rec)
@@ -114,7 +113,7 @@ class StateReader:
                     break
         return out
 
-    def full_history(self) -> list[dict[str, Any]]:
+    def full_history(self) -> list[ChangeRecord]:
         """Every change, oldest first."""
         mark, head = self.snapshot()
         return self.projection.all(mark.end) + \

@@ -25,10 +25,18 @@ from .layout import STATE_DIR, STATE_FILE
 from .maintree import MainTree
 from .model import EMPTY, Scalar, State, format_time
 from .planners import UNSET, Base, Expected, Observation, Plan
-from .projection import Projection
+from .projection import ChangeRecord, Projection
 from .reader import StateReader
 from .render import fit, phase_lines, render, section_key_bytes
-from .results import DiscardResult, KeyState, StateView, SyncResult, WriteResult
+from .results import (
+    DiscardResult,
+    KeyState,
+    SchemaReport,
+    StateView,
+    SyncResult,
+    SyncStatus,
+    WriteResult,
+)
 from .schema import WRITERS, Schema, parse_schema
 from .store import GitStore
 from .sync import Remote, clone
@@ -163,34 +171,34 @@ class StateRepo:
         allowed = self.allowed_tools()
         return allowed is None or tool in allowed
 
-    def check_schema(self, candidate: Schema | None = None) -> dict[str, Any]:
+    def check_schema(self, candidate: Schema | None = None) -> SchemaReport:
         """Violations of HEAD's schema (or of ``candidate``, before setting it): live ones
         (refused at write time, so never for HEAD's) and expired ones (kept, not injected)."""
         schema = candidate or self.schema()
         if schema is None:
-            return {"schema": None, "live": [], "expired": []}
+            return SchemaReport(None, [], [])
         state = self.state()
         live = set(state.live(self.now()))
         everything = schema.violations(state, set())
         live_problems = schema.violations(state, live or {"\0"})
-        return {"schema": schema.version, "live": live_problems,
-                "expired": [p for p in everything if p not in live_problems]}
+        return SchemaReport(schema.version, live_problems,
+                            [p for p in everything if p not in live_problems])
 
     def worktree_warnings(self) -> list[str]:
         return self.reader.worktree_warnings()
 
-    def history(self, n: int = HISTORY_IN_GET) -> list[dict[str, Any]]:
+    def history(self, n: int = HISTORY_IN_GET) -> list[ChangeRecord]:
         """The newest ``n`` changes, newest first, from the projection (caught up in memory
         when it is behind, without taking the write lock)."""
         mark, head = self.reader.snapshot()
         return self.reader.recent(head, n, mark)[0]
 
-    def history_iter(self, contains: bytes | None = None) -> Iterator[dict[str, Any]]:
+    def history_iter(self, contains: bytes | None = None) -> Iterator[ChangeRecord]:
         """Every change newest first (``contains``: only projection lines with these
         bytes, for a fast search)."""
         return self.reader.history_iter(contains)
 
-    def full_history(self) -> list[dict[str, Any]]:
+    def full_history(self) -> list[ChangeRecord]:
         """Every change, oldest first."""
         return self.reader.full_history()
 
@@ -371,7 +379,7 @@ class StateRepo:
         """Fast-forward from the remote; a diverged or rewritten remote is refused."""
         return self.remote.pull()
 
-    def sync_status(self) -> dict[str, Any]:
+    def sync_status(self) -> SyncStatus:
         """Where main stands against the commit last seen on the remote (no network)."""
         return self.remote.status()
 

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from .errors import GitStateError
 from .model import Entry, Handoff, Scalar
+from .projection import ChangeRecord
 
 
 def doc(text: str) -> dict[str, str]:
@@ -99,7 +100,7 @@ class StateView:
     now: str = field(metadata=doc("The moment expiry was evaluated at (UTC)."))
     keys: dict[str, KeyState] = field(metadata=doc("Every key; expired ones are marked."))
     handoff: Handoff | None
-    history: list[dict[str, Any]] = field(metadata=doc(
+    history: list[ChangeRecord] = field(metadata=doc(
         "Recent changes, newest first (the projection's records, docs/auditing.md)."))
     live_keys: int
     max_keys: int
@@ -129,6 +130,33 @@ class SyncResult:
     @property
     def ok(self) -> bool:
         return not self.refused
+
+
+@dataclass
+class SyncStatus:
+    """Where main stands against the commit last seen on the remote (no network)."""
+
+    head: str
+    remote_url: str | None
+    remote_seen: str | None = field(metadata=doc("The remote's main when last seen (the "
+                                                 "push lease)."))
+    ahead: int | None = field(metadata=doc("Local commits not on the remote yet; null when "
+                                           "the two have diverged."))
+    behind: int
+    sync: str = field(metadata=doc("The [gitstate] sync mode."))
+    unpushed_refs: list[str] = field(metadata=doc("Refs keeping local changes a push could "
+                                                  "not re-apply."))
+    hand_edits: list[str]
+
+
+@dataclass
+class SchemaReport:
+    """A state checked against a schema: live violations (refused at write time, so never
+    for HEAD's own schema) and expired ones (kept, not injected)."""
+
+    schema: int | None = field(metadata=doc("The schema's version; null without one."))
+    live: list[str]
+    expired: list[str]
 
 
 @dataclass

@@ -29,7 +29,7 @@ from .layout import UNPUSHED_PREFIX as UNPUSHED
 from .maintree import MainTree
 from .model import EMPTY, State
 from .replay import ReplayError, apply_change
-from .results import SyncResult
+from .results import SyncResult, SyncStatus
 from .store import ZERO, GitStore
 from .trailers import NotAGitstateCommit, parse_message
 
@@ -260,7 +260,7 @@ class Remote:
             result.pushed = sum(1 for _ in self.store.walk(remote, local))
             return result
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> SyncStatus:
         """Where local main stands against the commit last seen on the remote (no
         network)."""
         store = self.store
@@ -270,11 +270,9 @@ class Remote:
         behind = sum(1 for _ in store.walk(seen, head)) if seen and \
             store.is_ancestor(head, seen) else 0
         unpushed = store.git_dir / UNPUSHED
-        return {"head": head, "remote_url": store.remote_url(), "remote_seen": seen,
-                "ahead": ahead, "behind": behind, "sync": self.config.sync,
-                "unpushed_refs": sorted(p.name for p in unpushed.glob("*"))
-                if unpushed.is_dir() else [],
-                "hand_edits": self.reader.worktree_warnings()}
+        return SyncStatus(head, store.remote_url(), seen, ahead, behind, self.config.sync,
+                          sorted(p.name for p in unpushed.glob("*")) if unpushed.is_dir()
+                          else [], self.reader.worktree_warnings())
 
 
 def clone(url: str, agent_dir: Path) -> str:

@@ -19,11 +19,12 @@ from tests.helpers import run_cli
 ROOT = Path(__file__).resolve().parent.parent
 
 EXPORTED = [
-    "Check", "Config", "ConfigError", "CasMismatch", "DiscardResult", "Entry", "Expected",
+    "ChangeRecord", "Check", "Config", "ConfigError", "CasMismatch", "DiscardResult", "Entry", "Expected",
     "GitStateError", "Handoff", "HandoffTooLarge", "HistoryRewritten", "InjectionTooLarge",
     "InvalidInput", "KeyCapReached", "KeyState", "LockTimeout", "NotInitialized",
-    "Observation", "Overridden", "Refusal", "Refused", "Scalar", "SectionTooLarge", "State",
-    "StateDiff", "StateRepo", "StateView", "StoreError", "SyncResult", "UNSET", "Unset",
+    "Observation", "Overridden", "Refusal", "Refused", "Scalar", "SchemaReport",
+    "SectionTooLarge", "State", "StateDiff", "StateRepo", "StateView", "StoreError",
+    "SyncResult", "SyncStatus", "UNSET", "Unset",
     "UsageError", "WriteResult", "__version__", "blame", "diff_states", "load_config", "log",
     "refusal", "section", "show", "to_json", "verify",
 ]
@@ -48,6 +49,9 @@ RESULT_FIELDS = {
     "DiscardResult": ["kept", "op", "ok"],
     "SyncResult": ["action", "head", "remote", "pushed", "rebased", "refused", "kept_on"],
     "Refusal": ["error", "message", "current", "expected", "live_key_names", "details", "ok"],
+    "SyncStatus": ["head", "remote_url", "remote_seen", "ahead", "behind", "sync",
+                   "unpushed_refs", "hand_edits"],
+    "SchemaReport": ["schema", "live", "expired"],
 }
 
 

@@ -95,9 +95,9 @@ def test_init_remote_push_clone(tmp_path: Path, server: str,
     b = StateRepo.clone(url, tmp_path / "b")
     assert b.head() == a.head() and b.state() == a.state()
     assert all(c.ok for c in audit.verify(b))
-    assert a.sync_status()["ahead"] == 0
+    assert a.sync_status().ahead == 0
     a.set("stop_loss.2317", 257, "review", expected=262)
-    assert a.sync_status()["ahead"] == 1  # queued locally
+    assert a.sync_status().ahead == 1  # queued locally
     a.push()
     assert b.pull().action == "fast-forward" and b.state().keys["stop_loss.2317"].value == 257
     assert all(c.ok for c in audit.verify(b))
@@ -212,7 +212,7 @@ def test_remote_first_offline_is_refused_local_first_queues(tmp_path: Path) -> N
     repo = StateRepo.init(tmp_path / "a")
     repo.store.set_remote_url(f"git://127.0.0.1:{free_port()}/nothing.git")
     repo.set("k", 1, "local-first: committed, queued")
-    assert repo.sync_status()["ahead"] == 2
+    assert repo.sync_status().ahead == 2
     repo.close()
     (tmp_path / "a" / "config.toml").write_text('[gitstate]\nsync = "remote-first"\n')
     with StateRepo(tmp_path / "a") as rf, pytest.raises(StoreError) as err:
@@ -237,7 +237,7 @@ def test_server_killed_mid_push_loses_nothing(tmp_path: Path) -> None:
     with pytest.raises(StoreError):
         a.push()
     dying.wait(timeout=10)
-    assert a.sync_status()["ahead"] == 50 and a.state().keys["k9"].value == 49
+    assert a.sync_status().ahead == 50 and a.state().keys["k9"].value == 49
     good, url = _http(root)
     try:
         a.store.set_remote_url(url)
@@ -409,7 +409,7 @@ def test_https_trusts_only_a_configured_certificate(tmp_path: Path,
         a.push()
     assert err.value.rule == "remote.unreachable"
     assert "certificate" in err.value.message.lower(), err.value.message
-    assert a.sync_status()["ahead"] == 2  # nothing lost: init and the set wait to be pushed
+    assert a.sync_status().ahead == 2  # nothing lost: init and the set wait to be pushed
 
     assert git(a.state_dir, "config", "http.sslCAInfo", str(cert)).returncode == 0
     assert a.push().action == "push"

@@ -98,12 +98,16 @@ def pull(obj: Ctx, as_json: bool) -> None:
 def status(obj: Ctx, as_json: bool) -> None:
     """Local main against the commit last seen on the remote (queued changes, no network)."""
     with obj.repo() as repo:
-        data = repo.sync_status()
-    text = (f"main {data['head'][:12]}; remote {data['remote_url'] or '(none)'}; "
-            f"{data['ahead']} ahead, {data['behind']} behind; sync {data['sync']}")
-    if data["unpushed_refs"]:
-        text += "\nunresolved: " + ", ".join(data["unpushed_refs"])
-    emit(data, as_json, text)
+        status = repo.sync_status()
+
+    def text(data: dict[str, Any]) -> str:
+        out = (f"main {data['head'][:12]}; remote {data['remote_url'] or '(none)'}; "
+               f"{data['ahead']} ahead, {data['behind']} behind; sync {data['sync']}")
+        if data["unpushed_refs"]:
+            out += "\nunresolved: " + ", ".join(data["unpushed_refs"])
+        return out
+
+    emit(status, as_json, text)
 
 
 @click.command()

@@ -48,12 +48,11 @@ def schema_check(obj: Ctx, file: Path | None, as_json: bool) -> None:
     candidate = parse_schema(_read(file)) if file is not None else None
     with obj.repo() as repo:
         report = repo.check_schema(candidate)
-    text = "\n".join([f"schema version {report['schema']}"]
-                     + [f"live: {p}" for p in report["live"]]
-                     + [f"expired (kept, not injected): {p}" for p in report["expired"]])
-    emit(report, as_json, text)
-    if report["live"]:
-        raise Refused(f"{len(report['live'])} live key(s) break the schema",
+    emit(report, as_json, lambda data: "\n".join(
+        [f"schema version {data['schema']}"] + [f"live: {p}" for p in data["live"]]
+        + [f"expired (kept, not injected): {p}" for p in data["expired"]]))
+    if report.live:
+        raise Refused(f"{len(report.live)} live key(s) break the schema",
                       rule="schema.violations")
 
 
