@@ -65,13 +65,13 @@ class PlainJsonStore:
 class GitCliStore:
     """The same commit made with the git CLI's plumbing, one subprocess per step."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, fsync: str = "objects,reference") -> None:
         self.root = root
         self.env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b",
                     "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b"}
         root.mkdir(parents=True, exist_ok=True)
         self._git("init", "-q", "-b", "main")
-        self._git("config", "core.fsync", "objects,reference")
+        self._git("config", "core.fsync", fsync)
         self.data: dict[str, object] = {}
         self.head: str | None = None
 

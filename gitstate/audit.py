@@ -222,7 +222,11 @@ def _object_checks(repo: StateRepo, use_git: bool) -> list[Check]:
     # packing moves objects from loose files into a pack: checking meanwhile would report
     # objects as missing that are only in flight
     wait_idle(repo.state_dir / ".git")
-    checks = []
+    from .store.durability import describe
+
+    checks = [Check("durability", True, f"{repo.durability} on {describe(repo.state_dir)} "
+                    f"([gitstate] durability = {repo.config.durability}); "
+                    f"{repo.store.pack_count()} packs", "")]
     problems = repo.store.object_problems()
     checks.append(Check("objects", not problems, "; ".join(problems[:5]),
                         "restore the named objects from a mirror or backup" if problems else ""))

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 LOCALES = ("zh-TW", "en", "ja")
+DURABILITY_MODES = ("auto", "strict", "fast")
 MAX_CONFIG_BYTES = 256 * 1024
 
 
@@ -41,6 +42,9 @@ class Config:
     sync: str = "local-first"  # or "remote-first": every write is pushed before it returns
     auto_gc: bool = True
     gc_loose_objects: int = 3000
+    # how writes reach the disk: auto (picked from the file system), strict or fast; see
+    # docs/reliability.md, "Durability modes"
+    durability: str = "auto"
 
     def __init__(self, **values: object) -> None:
         for name, value in values.items():
@@ -68,6 +72,7 @@ _SETTINGS: dict[tuple[str, str], tuple[str, type, int | None, int | None]] = {
     ("gitstate", "auto_gc"): ("auto_gc", bool, None, None),
     ("gitstate", "sync"): ("sync", str, None, None),
     ("gitstate", "gc_loose_objects"): ("gc_loose_objects", int, 50, 10_000_000),
+    ("gitstate", "durability"): ("durability", str, None, None),
 }
 _ = [getattr(Config, attr) for attr, *_ in _SETTINGS.values()]  # every setting has a default
 
@@ -139,6 +144,9 @@ def config_from_dict(raw: dict[str, Any], *, source: str = "config") -> Config:
         )
     if config.timezone is not None:
         check_timezone(config.timezone)
+    if config.durability not in DURABILITY_MODES:
+        raise ConfigError(f"{source}: [gitstate] durability must be one of "
+                          f"{', '.join(DURABILITY_MODES)}", rule="config.durability")
     if config.sync not in ("local-first", "remote-first"):
         raise ConfigError(f"{source}: [gitstate] sync must be local-first or remote-first",
                           rule="config.sync")

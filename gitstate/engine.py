@@ -87,6 +87,9 @@ class WriteEngine:
     committer: Committer | None = None
     recover: Recovery | None = None
     hooks: list[PostCommit] = field(default_factory=list)
+    after_unlock: list[Callable[[], object]] = field(default_factory=list)
+    """Steps after a successful write, once the lock is released (pack consolidation):
+    a failure there is never the write's."""
     writer: str | None = "runtime"
     mutex: threading.Lock = field(default_factory=threading.Lock)
     """The kernel lock serializes processes; this, the threads of one process."""
@@ -107,12 +110,17 @@ class WriteEngine:
     def write(self, planner: Planner, request: dict[str, str] | None = None,
               adopting: bool = False) -> WriteResult:
         try:
-            return self._write(planner, request, adopting)
+            result = self._write(planner, request, adopting)
         except OSError as exc:  # before the commit point: nothing was written
             rule = {errno.ENOSPC: "store.disk_full", errno.EROFS: "store.read_only",
                     errno.EACCES: "store.permission"}.get(exc.errno or 0, "store.io")
             raise StoreError(f"the write could not be made ({exc.strerror or exc}); nothing "
                              "was committed", rule=rule) from exc
+        if not result.replayed:
+            for step in self.after_unlock:
+                with contextlib.suppress(Exception):
+                    step()
+        return result
 
     def _write(self, planner: Planner, request: dict[str, str] | None,
                adopting: bool) -> WriteResult:

@@ -10,7 +10,17 @@ from __future__ import annotations
 
 import os
 
-POINTS = ("objects", "ref", "worktree", "projection")
+# the write path's phases, in order (docs/reliability.md, "The write path's phases"):
+# before the ref's rename nothing is committed; from "ref.renamed" on, the write is
+POINTS = (
+    "pack.tmp_pack", "pack.tmp_idx", "pack.pack_renamed", "pack.idx_renamed", "objects",
+    "ref.locked", "ref.written", "ref.renamed", "ref", "checkout.file", "checkout.index",
+    "worktree", "projection",
+    # consolidation, after the write returned and the lock was released
+    "merge.tmp_pack", "merge.tmp_idx", "merge.pack_renamed", "merge.idx_renamed",
+    "merge.written", "merge.removed",
+)
+COMMITTED = frozenset(POINTS[POINTS.index("ref.renamed"):])
 _ACTIVE = os.environ.get("GITSTATE_TEST_FAULT")
 
 

@@ -34,6 +34,7 @@ HISTORY_FILE = "working_state_history.jsonl"  # the projection of the log (.git/
 
 # -- inside .git ---------------------------------------------------------------------------
 LOCK_FILE = "gitstate.lock"  # the kernel write lock (flock)
+REPACK_LOCK_FILE = "gitstate-repack.flock"  # one pack consolidation at a time (a flock)
 STAMP_FILE = "gitstate-stamp"  # what the render fast path checks (format below)
 SCHEMA_CACHE_FILE = "gitstate-schema.json"  # the compiled schema, for the wake-up path
 WRITING_FILE = "gitstate-writing"  # a write in progress; left behind only by a killed one

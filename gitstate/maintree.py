@@ -56,6 +56,7 @@ class MainTree:
             # would pay for the slow path until the next write.
             if not status.hand_edited and not self.store.worktree_matches_stamp(head):
                 with contextlib.suppress(OSError):
+                    self.keep_damaged(status.damaged)
                     self.store.checkout(head)
                     self.store.remove_temp_files()
                     self.write_schema_cache(head)
@@ -75,6 +76,8 @@ class MainTree:
                 saved = self.save_hand_edits(status.hand_edited)
                 warnings += [f"{name} had been edited by hand; the edit was kept at {path} "
                              "and the file restored to HEAD" for name, path in saved]
+            if status.damaged:
+                self.keep_damaged(status.damaged)
             if not status.clean:
                 self.store.checkout(head)
                 self.store.remove_temp_files()
@@ -103,6 +106,18 @@ class MainTree:
             (self.state_dir / name).replace(dst)
             saved.append((name, dst))
         return saved
+
+    def keep_damaged(self, names: tuple[str, ...]) -> None:
+        """A crash-damaged working file is restored from HEAD; a non-empty one is copied
+        aside first (nothing is lost, even what is probably garbage)."""
+        keep = self.state_dir / ".git" / HAND_EDITS_DIR
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+        for name in names:
+            with contextlib.suppress(OSError):
+                data = (self.state_dir / name).read_bytes()
+                if data.strip(b"\0 \t\r\n"):
+                    keep.mkdir(exist_ok=True)
+                    (keep / f"{stamp}-damaged-{name}").write_bytes(data)
 
     def after_commit(self, commit: str, plan: Plan, base: Base) -> None:
         """The post-commit step on main: files, schema cache, one projection line."""

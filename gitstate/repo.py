@@ -75,13 +75,15 @@ class StateRepo:
         self.config = config if config is not None else load_config(self.agent_dir)
         self.actor = rules.check_actor(actor or writer)
         self.store = GitStore(self.state_dir)
+        self.durability = self.store.set_durability(self.config.durability)
         self.projection = Projection(self.state_dir)
         self.reader = StateReader(self.state_dir, self.store, self.projection)
         self.tree = MainTree(self.reader)
         self.engine = WriteEngine(self.reader, self.config,
                                   clock or (lambda: datetime.now(UTC)),
                                   recover=self.tree.recover, writer=writer,
-                                  hooks=[self.tree.after_commit, self._maintain])
+                                  hooks=[self.tree.after_commit, self._maintain],
+                                  after_unlock=[self.store.consolidate])
         self.remote = Remote(self.engine, self.tree)
         if self.config.sync == "remote-first":
             self.engine.committer = self.remote

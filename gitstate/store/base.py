@@ -26,6 +26,8 @@ from ..layout import (
     LOCK_FILE,
     WRITING_FILE,
 )
+from . import packwrite
+from .durability import Flush, flush_for
 from .fs import created_dirs, holds_data
 
 BRANCH = Ref(layout.BRANCH.encode())
@@ -53,6 +55,7 @@ class WorktreeStatus:
     clean: bool
     leftover: bool  # a killed write's remains: repair silently
     hand_edited: tuple[str, ...]  # files edited by hand: report, never inject
+    damaged: tuple[str, ...] = ()  # empty or unreadable after a crash: kept aside, repaired
 
 
 class RepoBase:
@@ -68,14 +71,22 @@ class RepoBase:
             raise NotInitialized(
                 f"{path} is not a gitstate repository; run `gitstate init` first",
             ) from exc
-        # dulwich leaves loose objects un-fsynced by default (invariant 4).
+        # dulwich leaves loose objects un-fsynced by default (invariant 4); its own writes
+        # (fetched objects) keep that, gitstate's commits go through packwrite and `flush`
         self.repo.object_store.fsync_object_files = True
+        self.flush: Flush = Flush()  # strict until the owner picks a mode (set_durability)
         # commit id -> (parent ids, file name -> blob id): commits are immutable, so the few
         # most recent ones are kept to spare re-reading objects on every write.
         self._known: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {}
         self.last_commit: CommitInfo | None = None
         self._last_commit_time = 0
         self.last_objects: list[str] = []
+
+    def set_durability(self, mode: str) -> str:
+        """Pick the flushes for ``mode`` (auto: from this repository's file system);
+        returns the mode in force."""
+        self.flush = flush_for(mode, self.git_dir)
+        return self.flush.mode
 
     def use_quarantine(self, object_dir: str) -> None:
         """In a pre-receive hook, the pushed objects wait in git's quarantine directory
@@ -161,7 +172,7 @@ class RepoBase:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
                 removed.append(path)
-        return removed
+        return removed + packwrite.sweep(self.git_dir / "objects" / "pack")
 
     def _stale_lock_safe(self, action: Callable[[], T]) -> T:
         """Run a dulwich write; a ``*.lock`` it trips over is stale, since we hold the
@@ -334,11 +345,10 @@ class RepoBase:
         commit.encoding = b"UTF-8"
         commit.message = message
         new_objects += [tree, commit]
-        fan_out = {str(self.git_dir / "objects" / o.id[:2].decode()) for o in new_objects}
-        created = created_dirs(fan_out)
-        for obj in new_objects:
-            self._stale_lock_safe(lambda o=obj: self._add_object(o))  # type: ignore[misc]
-        self._fsync_dirs(fan_out | created)
+        # one small pack (see packwrite): 2 files and 2 renames instead of a loose file,
+        # a lock file and a fan-out directory per object
+        name, pack, index = packwrite.build(new_objects, self.repo.object_store.object_format)
+        packwrite.write(self.git_dir / "objects" / "pack", name, pack, index, self.flush)
         new_id = commit.id.decode()
         self._remember(new_id, (base,) if base else (),
                        {e.path.decode(): e.sha.decode() for e in tree.iteritems()})
@@ -349,19 +359,56 @@ class RepoBase:
         return new_id
 
     def move_ref(self, name: str, old: str | None, new: str | None) -> bool:
-        """Compare-and-swap any ref (None: absent / delete); durable when it returns."""
-        ref = Ref(name.encode())
-        old_id = ObjectID(old.encode()) if old else ZERO
+        """Compare-and-swap any ref (None: absent / delete); durable when it returns.
+        Call it with the kernel write lock held: a ``<ref>.lock`` found then is stale."""
         if new is None:
+            ref = Ref(name.encode())
+            old_id = ObjectID(old.encode()) if old else ZERO
             return bool(self._stale_lock_safe(
                 lambda: self.repo.refs.remove_if_equals(ref, old_id)))
-        ref_dir = os.path.dirname(self.git_dir / name)
-        created = created_dirs({ref_dir})
-        moved = self._stale_lock_safe(
-            lambda: self.repo.refs.set_if_equals(ref, old_id, ObjectID(new.encode())))
-        if moved:
-            self._fsync_dirs({ref_dir} | created)
-        return bool(moved)
+        return self._write_ref(name, old, new)
+
+    def _write_ref(self, name: str, old: str | None, new: str) -> bool:
+        """git's ref update: ``<ref>.lock`` (O_EXCL, so plain git and we exclude each
+        other), compare, write, flush, rename over the ref (the commit point), flush the
+        ref's directory. Written here rather than by dulwich so that the mode decides the
+        flushes: dulwich always fsyncs the lock file."""
+        path = self.git_dir / name
+        created = created_dirs({str(path.parent)})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = path.with_name(path.name + ".lock")
+        for _ in range(8):
+            try:
+                fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                break
+            except FileExistsError:  # we hold the kernel lock: it is a killed writer's
+                with contextlib.suppress(FileNotFoundError):
+                    lock.unlink()
+        else:
+            raise StoreError(f"{lock} keeps reappearing; another program is writing {name}",
+                             rule="store.contention")
+        try:
+            faults.hit("ref.locked")
+            if self.ref(name) != old:
+                os.close(fd)
+                lock.unlink()
+                return False
+            os.write(fd, new.encode() + b"\n")
+            self.flush.data(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            with contextlib.suppress(OSError):
+                lock.unlink()
+            raise
+        os.close(fd)
+        faults.hit("ref.written")
+        os.replace(lock, path)
+        faults.hit("ref.renamed")
+        self.flush.commit(path.parent)
+        for directory in sorted(created, key=len, reverse=True):
+            self.flush.directory(directory)
+        return True
 
     def ref(self, name: str) -> str | None:
         try:
@@ -382,17 +429,6 @@ class RepoBase:
 
 
 
-
-    def _add_object(self, obj: Blob | Tree | Commit) -> None:
-        # A concurrent `git prune-packed` removes empty fan-out directories, possibly between
-        # dulwich's mkdir and its open of `<sha>.lock`: try again, the mkdir comes first.
-        for _ in range(5):
-            try:
-                self.repo.object_store.add_object(obj)
-                return
-            except FileNotFoundError:
-                continue
-        self.repo.object_store.add_object(obj)
 
     @staticmethod
     def _fsync_dirs(dirs: set[str]) -> None:

@@ -9,11 +9,20 @@ import os
 
 from .. import gitcli
 from ..errors import StoreError
+from . import packwrite
 from .base import RepoBase
 
 
 class PackOps(RepoBase):
     """Packing and inspection: loose objects, gc, disk usage, patches, object problems."""
+
+    def consolidate(self) -> int:
+        """Fold small packs geometrically (``packwrite.consolidate``); never call it with
+        the write lock held. Returns the number of packs merged."""
+        return packwrite.consolidate(self.git_dir, self.repo.object_store.object_format)
+
+    def pack_count(self) -> int:
+        return len(packwrite.pack_sizes(self.git_dir / "objects" / "pack"))
 
     def loose_estimate(self, objects: list[str]) -> int:
         """Estimated loose objects from the fan-out directories a write just touched (already

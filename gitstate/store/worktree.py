@@ -7,13 +7,15 @@ import contextlib
 import hashlib
 import io
 import os
+from pathlib import Path
 
 from dulwich.index import index_entry_from_stat, write_index_dict
 from dulwich.objects import ObjectID
 
-from .. import layout, safefile
+from .. import faults, layout, safefile
 from ..errors import StoreError
 from ..layout import FILE_MODE, SCHEMA_FILE, STAMP_FILE, STATE_FILE, TREE_FILES
+from ..model import State
 from .base import RepoBase, WorktreeStatus
 from .fs import atomic_write, file_blob_id
 
@@ -36,7 +38,10 @@ class WorktreeOps(RepoBase):
             if file_blob_id(target) != blob_id:
                 data = (contents or {}).get(name) or self.read_file(commit, name)
                 assert data is not None
-                atomic_write(target, data)
+                # re-derivable from HEAD, so never flushed: a crash that loses it is
+                # repaired by the next open (an empty or unreadable file is damage)
+                atomic_write(target, data, fsync=False)
+                faults.hit("checkout.file")
             entries[name.encode()] = index_entry_from_stat(
                 os.stat(target), ObjectID(blob_id.encode()), FILE_MODE)
         parents = self.parents(commit)
@@ -49,6 +54,7 @@ class WorktreeOps(RepoBase):
         write_index_dict(buf, entries, version=2)
         raw = buf.getvalue()
         atomic_write(self.git_dir / "index", raw + hashlib.sha1(raw).digest(), fsync=False)
+        faults.hit("checkout.index")
         stamp = layout.format_stamp(commit, ids.get(STATE_FILE, ""), ids.get(SCHEMA_FILE))
         atomic_write(self.git_dir / STAMP_FILE, stamp, fsync=False)
 
@@ -76,7 +82,7 @@ class WorktreeOps(RepoBase):
         parents = self.parents(commit)
         if parents:
             parent_ids = self.file_ids(parents[0])
-        differing = []
+        differing, damaged = [], []
         leftover = False
         for name, blob_id in ids.items():
             actual = file_blob_id(self.path / name)
@@ -84,6 +90,9 @@ class WorktreeOps(RepoBase):
                 continue
             if actual is None or actual == parent_ids.get(name):
                 leftover = True  # missing, or still the previous commit's file
+            elif _damaged(self.path / name):
+                leftover = True  # empty or unreadable: what a crash leaves, never an edit
+                damaged.append(name)
             else:
                 differing.append(name)
         for name in parent_ids.keys() - ids.keys():
@@ -91,9 +100,28 @@ class WorktreeOps(RepoBase):
                 leftover = True
         stray = [p for p in self.path.glob(".*.tmp")]
         leftover = leftover or bool(stray)
-        return WorktreeStatus(not differing and not leftover, leftover, tuple(differing))
+        return WorktreeStatus(not differing and not leftover, leftover, tuple(differing),
+                              tuple(damaged))
 
     def remove_temp_files(self) -> None:
         for p in self.path.glob(".*.tmp"):
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
+
+
+def _damaged(path: Path) -> bool:
+    """A working file a crash can leave (the working tree is never flushed): empty, not
+    UTF-8 JSON, or (working_state.json) not a state. A hand edit is a readable file."""
+    try:
+        data = safefile.read_regular(path, TREE_FILES.get(path.name, 1 << 20))
+    except OSError:
+        return False  # a symlink, FIFO or oversized file: a hand edit, reported
+    if not data.strip(b"\0 \t\r\n"):
+        return True
+    if path.name != STATE_FILE:
+        return False
+    try:
+        State.from_bytes(data)
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return True
+    return False

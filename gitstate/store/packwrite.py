@@ -1,0 +1,189 @@
+"""A commit's new objects as one small pack, and the consolidation of small packs.
+
+Each write adds one pack of its 3-4 objects (blob, tree, commit; no deltas) with its v2
+index, built in memory and written under git's own temporary prefixes (``tmp_pack_*``,
+``tmp_idx_*``: git and dulwich read any ``*.idx``, so a killed writer's half-written index
+must not end in ``.idx``), then renamed: the pack first, the index second, since a reader
+sees a pack only once its index is there.
+
+Many tiny packs slow every read (each lookup walks the packs), so after a write, outside
+the write lock, :func:`consolidate` folds the small packs into one, geometrically: packs
+are merged when one is smaller than twice the sum of the smaller ones, so the sizes stay a
+geometric series (git's ``repack --geometric=2``) and the count stays logarithmic in the
+history. The merged pack is durable (fsynced, and its directory) before any old pack is
+removed, so an object is always in some complete pack.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from dulwich.object_format import ObjectFormat
+from dulwich.objects import ShaFile
+from dulwich.pack import Pack, write_pack_index, write_pack_objects
+
+from .. import faults, locking
+from ..layout import REPACK_LOCK_FILE
+from .durability import Flush, fsync_dir
+
+INLINE_MERGE_LIMIT = 20_000  # objects; bigger merges are left to `gitstate gc`
+PACK_TRIGGER = 16  # complete packs before a write consolidates (amortized over writes)
+
+
+def build(objects: Iterable[ShaFile], fmt: ObjectFormat) -> tuple[str, bytes, bytes]:
+    """The pack and its index in memory: (name, pack bytes, index bytes)."""
+    pack = io.BytesIO()
+    entries, checksum = write_pack_objects(pack, list(objects), fmt, deltify=False)
+    index = io.BytesIO()
+    write_pack_index(index, sorted((sha, off, crc) for sha, (off, crc) in entries.items()),
+                     checksum, version=2)
+    return f"pack-{checksum.hex()}", pack.getvalue(), index.getvalue()
+
+
+def write(pack_dir: Path, name: str, pack: bytes, index: bytes, flush: Flush,
+          phase: str = "pack") -> None:
+    """Put ``name``.pack and ``name``.idx in ``pack_dir`` (temporary names, data flushed,
+    renamed; the directory flushed as the mode asks)."""
+    created = not pack_dir.is_dir()
+    if created:
+        pack_dir.mkdir(parents=True, exist_ok=True)
+    tmp_pack = _tmp_file(pack_dir, "tmp_pack_", pack, flush)
+    faults.hit(f"{phase}.tmp_pack")
+    tmp_idx = _tmp_file(pack_dir, "tmp_idx_", index, flush)
+    faults.hit(f"{phase}.tmp_idx")
+    os.replace(tmp_pack, pack_dir / f"{name}.pack")
+    faults.hit(f"{phase}.pack_renamed")
+    os.replace(tmp_idx, pack_dir / f"{name}.idx")
+    faults.hit(f"{phase}.idx_renamed")
+    flush.directory(pack_dir)
+    if created:
+        flush.directory(pack_dir.parent)
+
+
+def _tmp_file(directory: Path, prefix: str, data: bytes, flush: Flush) -> Path:
+    path = directory / f"{prefix}{os.getpid()}_{os.urandom(6).hex()}"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        flush.data(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        raise
+    os.close(fd)
+    return path
+
+
+ORPHAN_SECONDS = 60  # a .pack waits for its .idx for microseconds; older ones were abandoned
+
+
+def sweep(pack_dir: Path) -> list[Path]:
+    """Remove what killed writers and mergers left: temporary files of processes no longer
+    alive, and packs whose index never came (or was removed first by a killed merge)."""
+    import time
+
+    removed: list[Path] = []
+    try:
+        names = os.listdir(pack_dir)
+    except FileNotFoundError:
+        return removed
+    now = time.time()
+    for name in names:
+        path = pack_dir / name
+        stale = False
+        if name.startswith(("tmp_pack_", "tmp_idx_")):
+            pid = name.split("_")[2]
+            stale = pid.isdigit() and not _alive(int(pid))
+        elif name.endswith(".pack") and name[:-5] + ".idx" not in names:
+            with contextlib.suppress(FileNotFoundError):
+                stale = now - path.stat().st_mtime > ORPHAN_SECONDS
+        if stale:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def pack_sizes(pack_dir: Path) -> dict[str, int]:
+    """Complete packs (a ``.pack`` with its ``.idx``) and their sizes in bytes."""
+    try:
+        names = os.listdir(pack_dir)
+    except FileNotFoundError:
+        return {}
+    sizes = {}
+    for name in names:
+        if name.endswith(".pack") and name[:-5] + ".idx" in names:
+            with contextlib.suppress(FileNotFoundError):
+                sizes[name[:-5]] = os.stat(pack_dir / name).st_size
+    return sizes
+
+
+def geometric_merge(sizes: dict[str, int]) -> list[str]:
+    """The packs to merge so that, sorted by size, each remaining pack is at least twice
+    the sum of all smaller ones (the smallest prefix that breaks the rule, and below)."""
+    ordered = sorted(sizes, key=lambda n: (sizes[n], n))
+    total, cut = 0, 0
+    for i, name in enumerate(ordered):
+        if i and sizes[name] < 2 * total:
+            cut = i + 1
+        total += sizes[name]
+    return ordered[:cut] if cut >= 2 else []
+
+
+def consolidate(git_dir: Path, fmt: ObjectFormat, limit: int = INLINE_MERGE_LIMIT,
+                trigger: int = PACK_TRIGGER) -> int:
+    """Merge small packs geometrically (see the module docstring); returns how many packs
+    were merged (0: nothing to do, or another process is doing it). Never under the write
+    lock: it adds a pack whose objects are already in others, then removes those."""
+    pack_dir = git_dir / "objects" / "pack"
+    with locking.attempt(git_dir / REPACK_LOCK_FILE) as taken:
+        if not taken:
+            return 0
+        sweep(pack_dir)
+        sizes = pack_sizes(pack_dir)
+        merge = geometric_merge(sizes) if len(sizes) >= trigger else []
+        if not merge:
+            return 0
+        objects: dict[bytes, ShaFile] = {}
+        for name in merge:
+            with Pack(str(pack_dir / name), object_format=fmt) as pack:
+                if len(objects) + len(pack) > limit:
+                    break
+                for obj in pack.iterobjects():
+                    objects[obj.id] = obj
+        else:
+            return _replace(pack_dir, merge, objects, fmt)
+        return 0
+
+
+def _replace(pack_dir: Path, old: list[str], objects: dict[bytes, ShaFile],
+             fmt: ObjectFormat) -> int:
+    name, pack, index = build(objects.values(), fmt)
+    write(pack_dir, name, pack, index, Flush(), phase="merge")  # durable before removing
+    faults.hit("merge.written")
+    for stale in old:
+        if stale == name:
+            continue
+        for suffix in (".idx", ".pack"):  # the index first: readers then skip the pack
+            with contextlib.suppress(FileNotFoundError):
+                (pack_dir / f"{stale}{suffix}").unlink()
+    faults.hit("merge.removed")
+    fsync_dir(pack_dir)
+    return len(old)

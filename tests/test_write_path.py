@@ -1,0 +1,205 @@
+"""The write path: a pack per commit, the durability modes, consolidation, and SIGKILLs at
+every named phase and at random moments, on this machine's disk and (when the test may
+mount them: root, mkfs and a loop device) on a journaled ext4 image and an XFS image."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gitstate import audit
+from gitstate.config import config_from_dict
+from gitstate.errors import ConfigError
+from gitstate.faults import COMMITTED, POINTS
+from gitstate.model import STATE_FILE, State
+from gitstate.repo import StateRepo
+from gitstate.store import durability, packwrite
+from tests.helpers import assert_fsck_clean, git
+
+ROOT = Path(__file__).resolve().parent.parent
+IMAGES = {"ext4": ("mkfs.ext4", ["-q", "-F"], "64M"), "xfs": ("mkfs.xfs", ["-q", "-f"], "320M")}
+
+
+@contextlib.contextmanager
+def _mounted(kind: str, where: Path) -> Iterator[Path]:
+    mkfs, args, size = IMAGES[kind]
+    if os.geteuid() != 0 or shutil.which(mkfs) is None or shutil.which("mount") is None:
+        pytest.skip(f"cannot make a {kind} image here (needs root and {mkfs})")
+    image, mnt = where / f"{kind}.img", where / f"{kind}-mnt"
+    mnt.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["truncate", "-s", size, str(image)], check=True)
+    made = subprocess.run([mkfs, *args, str(image)], capture_output=True, check=False)
+    mounted = made.returncode == 0 and subprocess.run(
+        ["mount", "-o", "loop", str(image), str(mnt)], capture_output=True,
+        check=False).returncode == 0
+    if not mounted:
+        pytest.skip(f"cannot loop-mount a {kind} image here")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
+
+
+@pytest.fixture(scope="module", params=["disk", "ext4", "xfs"])
+def fs_root(request: pytest.FixtureRequest,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    base = tmp_path_factory.mktemp(f"fs-{request.param}")
+    if request.param == "disk":
+        yield "disk", base
+        return
+    with _mounted(request.param, base) as mnt:
+        yield request.param, mnt
+
+
+@pytest.fixture
+def agent(fs_root: tuple[str, Path], request: pytest.FixtureRequest) -> Path:
+    name = "".join(c if c.isalnum() else "-" for c in request.node.name)[:80]
+    path = fs_root[1] / name
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir()
+    return path
+
+
+def _worker(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tests.workers", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={**os.environ, **(env or {})})
+
+
+def test_auto_picks_the_mode_from_the_file_system(fs_root: tuple[str, Path]) -> None:
+    """fast on a journaled ext4 and on XFS; strict elsewhere (this machine's root disk is
+    an ext4 without a journal, where the one-flush reasoning does not hold)."""
+    kind, root = fs_root
+    picked = durability.detect(root)
+    described = durability.describe(root)
+    if kind in ("ext4", "xfs"):
+        assert picked == "fast", described
+    elif "journal)" in described and "no journal" not in described or described == "xfs":
+        assert picked == "fast"
+    else:
+        assert picked == "strict", described
+    (root / "cfg").mkdir(exist_ok=True)
+    (root / "cfg" / "config.toml").write_text('[gitstate]\ndurability = "strict"\n')
+    with StateRepo.init(root / "cfg") as repo:
+        assert repo.durability == "strict"  # the config overrides auto
+
+
+def test_durability_setting_is_checked() -> None:
+    assert config_from_dict({"gitstate": {"durability": "fast"}}).durability == "fast"
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({"gitstate": {"durability": "yolo"}})
+    assert err.value.rule == "config.durability"
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_killed_at_each_phase(agent: Path, point: str) -> None:
+    """SIGKILL-like exit at each named phase: HEAD is the old commit or the new one, fsck
+    --strict is clean, the next open repairs, and the next write works."""
+    with StateRepo.init(agent) as repo:
+        repo.set("k", 1, "before")
+        if point.startswith("merge."):
+            repo.engine.after_unlock.clear()
+            for i in range(16):
+                repo.set("pad", i, "one more small pack")
+        old_head, before = repo.head(), repo.state()
+    out = _worker("fault_write", str(agent), "set", env={"GITSTATE_TEST_FAULT": point})
+    assert out.returncode == 137, out.stderr
+    assert_fsck_clean(agent / "state")
+    with StateRepo(agent) as repo:
+        head = repo.head()
+        assert (head != old_head) is (point in COMMITTED)
+        assert repo.state() == (before if head == old_head else repo.state_at(head))
+        assert [c.name for c in audit.verify(repo) if not c.ok] == []
+        repo.set("k", 3, "the next write works")
+        assert repo.state().keys["k"].value == 3
+    assert git(agent / "state", "status", "--porcelain").stdout == ""
+
+
+def test_random_kills_lose_nothing(agent: Path, fs_root: tuple[str, Path]) -> None:
+    """50 SIGKILLs at random moments of back-to-back writes: every acknowledged write is in
+    the log, fsck --strict is clean, HEAD always holds a valid state."""
+    if fs_root[0] == "disk":
+        pytest.skip("the machine's disk: tests/test_concurrency.py kills 55 times")
+    with StateRepo.init(agent):
+        pass
+    rng = random.Random(20261201)
+    acked: list[int] = []
+    next_i = 1
+    for _ in range(50):
+        proc = subprocess.Popen([sys.executable, "-m", "tests.workers", "write_forever",
+                                 str(agent), str(next_i)], cwd=ROOT, stdout=subprocess.PIPE,
+                                text=True)
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        time.sleep(rng.uniform(0.0, 0.08))
+        os.kill(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=30)
+        got = [int(line) for line in out.split() if line.isdigit()]
+        acked += got
+        next_i = (got[-1] if got else next_i) + 100
+        State.from_bytes(git(agent / "state", "show", f"main:{STATE_FILE}").stdout.encode())
+    messages = set(git(agent / "state", "log", "--format=%s").stdout.splitlines())
+    assert [i for i in acked if f"write {i}" not in messages
+            and f"Handoff: handoff {i}" not in messages] == []
+    assert_fsck_clean(agent / "state")
+
+
+def test_a_commit_is_one_small_pack_and_packs_stay_few(tmp_path: Path) -> None:
+    """No loose objects; after 300 writes the packs are folded geometrically (a handful,
+    never more than the trigger); git and dulwich read everything; git gc keeps it all."""
+    with StateRepo.init(tmp_path) as repo:
+        for i in range(300):
+            repo.set(f"k{i % 7}", i, f"write {i}")
+            assert repo.store.pack_count() <= packwrite.PACK_TRIGGER
+        head = repo.head()
+    objects = tmp_path / "state" / ".git" / "objects"
+    assert not [d for d in objects.iterdir() if len(d.name) == 2 and any(d.iterdir())]
+    assert not list((objects / "pack").glob("tmp_*"))
+    assert_fsck_clean(tmp_path / "state")
+    assert git(tmp_path / "state", "rev-list", "--count", "main").stdout.strip() == "301"
+    assert git(tmp_path / "state", "gc", "-q").returncode == 0
+    assert_fsck_clean(tmp_path / "state")
+    clone = tmp_path / "clone"
+    assert subprocess.run(["git", "clone", "-q", str(tmp_path / "state"), str(clone)],
+                          capture_output=True, check=False).returncode == 0
+    assert git(clone, "rev-parse", "HEAD").stdout.strip() == head
+    with StateRepo(tmp_path) as repo:
+        assert repo.state().keys["k5"].value == 299
+        assert len(repo.full_history()) == 301
+
+
+def test_geometric_merge_rule() -> None:
+    assert packwrite.geometric_merge({"a": 10}) == []
+    assert packwrite.geometric_merge({"a": 1, "b": 1, "big": 100}) == ["a", "b"]
+    assert packwrite.geometric_merge({"a": 1, "b": 2, "c": 4, "big": 100}) == ["a", "b", "c"]
+    assert packwrite.geometric_merge({"a": 1, "b": 3, "c": 9}) == []
+
+
+def test_a_damaged_working_file_is_repaired_not_reported(tmp_path: Path) -> None:
+    """The working tree is never flushed: after a crash working_state.json may be empty or
+    garbage. That is damage: repaired on open (a non-empty one kept aside), never taken
+    for a hand edit."""
+    with StateRepo.init(tmp_path) as repo:
+        repo.set("k", 1, "r")
+        head_bytes = git(repo.state_dir, "show", f"main:{STATE_FILE}").stdout.encode()
+    working = tmp_path / "state" / STATE_FILE
+    for damage in (b"", b"\0" * 64, b'{"keys": {"k": {"val'):
+        working.write_bytes(damage)
+        with StateRepo(tmp_path) as repo:
+            assert working.read_bytes() == head_bytes
+            assert repo.worktree_warnings() == []
+    kept = list((tmp_path / "state" / ".git").glob("gitstate-hand-edits/*damaged*"))
+    assert len(kept) == 1 and kept[0].read_bytes().startswith(b'{"keys"')
+    working.write_text(working.read_text().replace('"value": 1', '"value": 2'))
+    with StateRepo(tmp_path) as repo:  # a readable, different state is a hand edit
+        assert any("edited by hand" in w for w in repo.worktree_warnings())
