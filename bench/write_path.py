@@ -27,7 +27,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench import GitCliStore, PlainJsonStore, median_ms, time_writes
-
 from gitstate.repo import StateRepo
 from gitstate.store import durability
 

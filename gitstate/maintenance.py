@@ -27,12 +27,14 @@ if TYPE_CHECKING:
     from .store import GitStore
 
 STALE_SECONDS = 3600
+PACKS_BEFORE_GC = 32  # the inline folding leaves big packs alone; past this, a full repack
 
 
 def maybe_start(store: GitStore, agent_dir: Path, config: Config, commit: str) -> bool:
     """After a write: start background maintenance when loose objects pile up."""
     objects = store.last_objects or [commit]
-    if not config.auto_gc or store.loose_estimate(objects) < config.gc_loose_objects:
+    if not config.auto_gc or (store.pack_count() <= PACKS_BEFORE_GC and
+                              store.loose_estimate(objects) < config.gc_loose_objects):
         return False
     pid_path = store.git_dir / PID_FILE
     if not _claim(pid_path, write_pid=False):  # empty until the child's pid is known

@@ -265,9 +265,23 @@ def test_tamper_projection_deleted_or_truncated_is_repaired(repo: StateRepo) -> 
 
 
 def test_tamper_corrupt_object_is_named(repo: StateRepo) -> None:
-    """A corrupted loose object is named by verify's object check and by git fsck."""
-    blob = repo.set("k", 1, "r").commit
-    obj = repo.state_dir / ".git" / "objects" / blob[:2] / blob[2:]
+    """A corrupted object (in a pack, as gitstate writes them; or loose, as plain git
+    does) is named by verify's object check and by git fsck."""
+    repo.set("k", 1, "r")
+    newest = max((repo.state_dir / ".git" / "objects" / "pack").glob("*.pack"),
+                 key=lambda p: p.stat().st_mtime_ns)
+    data = bytearray(newest.read_bytes())
+    data[20:28] = b"\xff" * 8  # inside the first object's compressed bytes
+    newest.chmod(0o644)
+    newest.write_bytes(bytes(data))
+    failed = _failed(repo.agent_dir)
+    assert "objects" in failed and "git-fsck" in failed
+
+
+def test_tamper_corrupt_loose_object_is_named(repo: StateRepo) -> None:
+    repo.set("k", 1, "r")
+    blob = git(repo.state_dir, "hash-object", "-w", "--stdin", input="plain git\n").stdout
+    obj = repo.state_dir / ".git" / "objects" / blob[:2] / blob.strip()[2:]
     obj.chmod(0o644)
     obj.write_bytes(zlib.compress(b"commit 5\x00xxxxx"))
     failed = _failed(repo.agent_dir)

@@ -238,8 +238,9 @@ def test_a_dead_maintenance_run_is_stale(repo: StateRepo, agent_dir: Path) -> No
     run_gc(repo.reader)  # not "already running"
     (agent_dir / "config.toml").write_text("[gitstate]\nauto_gc = false\n")
     with StateRepo(agent_dir) as again:
-        for i in range(40):
-            again.set("k", i, "fill")
+        for i in range(400):  # loose objects, as a fetch leaves them
+            git(again.state_dir, "hash-object", "-w", "--stdin", input=f"object {i}\n")
+        again.set("k", 1, "fill")
     pid_file.write_text(str(_dead_pid()))
     with StateRepo(agent_dir, config=Config(gc_loose_objects=50)) as again:
         assert maybe_start(again.store, again.agent_dir, again.config, again.head())  # the dead claim does not hold it off

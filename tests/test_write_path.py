@@ -85,7 +85,7 @@ def test_auto_picks_the_mode_from_the_file_system(fs_root: tuple[str, Path]) -> 
     described = durability.describe(root)
     if kind in ("ext4", "xfs"):
         assert picked == "fast", described
-    elif "journal)" in described and "no journal" not in described or described == "xfs":
+    elif ("journal)" in described and "no journal" not in described) or described == "xfs":
         assert picked == "fast"
     else:
         assert picked == "strict", described

@@ -6,9 +6,11 @@ import contextlib
 import errno
 import io
 import os
+from collections.abc import Iterator
 
-from .. import gitcli
-from ..errors import StoreError
+from .. import gitcli, locking
+from ..errors import LockTimeout, StoreError
+from ..layout import REPACK_LOCK_FILE
 from . import packwrite
 from .base import RepoBase
 
@@ -20,6 +22,17 @@ class PackOps(RepoBase):
         """Fold small packs geometrically (``packwrite.consolidate``); never call it with
         the write lock held. Returns the number of packs merged."""
         return packwrite.consolidate(self.git_dir, self.repo.object_store.object_format)
+
+    @contextlib.contextmanager
+    def folding_paused(self, timeout: float = 60.0) -> Iterator[None]:
+        """No pack folding while this holds (gc and verify's object walk: both must not see
+        packs vanish). Writers do not wait for it: they skip folding. In a read-only
+        repository, or past the timeout, it goes on without the lock."""
+        with contextlib.ExitStack() as stack:
+            with contextlib.suppress(OSError, LockTimeout):
+                stack.enter_context(locking.exclusive(self.git_dir / REPACK_LOCK_FILE,
+                                                      timeout))
+            yield
 
     def pack_count(self) -> int:
         return len(packwrite.pack_sizes(self.git_dir / "objects" / "pack"))
@@ -36,17 +49,24 @@ class PackOps(RepoBase):
         return 256 * total // max(len(dirs), 1)
 
     def gc(self, prune_hours: float = 1.0) -> dict[str, int]:
-        """Pack loose objects without taking the write lock.
+        """Fold every pack and loose object into one pack, without taking the write lock.
 
-        Packing is safe beside a running writer: only objects already listed are packed and
-        then removed as loose copies, and a writer's new objects stay loose until the next run.
+        Packing is safe beside a running writer: only packs and objects already listed are
+        repacked and then removed, a pack a writer adds meanwhile stays, and an object that
+        no ref reached when the repack began is kept loose (``-A``).
         Refs are never packed or touched here (``git pack-refs`` locks the branch ref, which
         a writer would take for a stale lock). Unreachable loose objects (left by killed writes)
         are pruned once older than ``prune_hours``.
         """
+        with self.folding_paused(timeout=600):
+            return self._gc(prune_hours)
+
+    def _gc(self, prune_hours: float) -> dict[str, int]:
         before = self.disk_usage()
         if gitcli.git_binary():  # git's repack stores deltas: 2-3x smaller packs than dulwich's
-            for args in (["repack", "-d", "-q", "--no-write-bitmap-index"],
+            # -A, not -a: an object no ref reached when the repack began (a writer's pack
+            # whose ref was about to move) becomes loose instead of vanishing with its pack
+            for args in (["repack", "-A", "-d", "-q", "--no-write-bitmap-index"],
                          ["prune-packed", "-q"],
                          ["prune", f"--expire={int(prune_hours * 3600)}.seconds.ago"]):
                 out = gitcli.run(self.path, args)
@@ -59,7 +79,7 @@ class PackOps(RepoBase):
                         rule="store.disk_full" if full else "gc.failed")
         else:
             try:
-                self.repo.object_store.pack_loose_objects()
+                self.repo.object_store.repack()
             except OSError as exc:
                 raise StoreError(f"packing failed ({exc.strerror or exc})",
                                  rule="store.disk_full" if exc.errno == errno.ENOSPC
@@ -88,8 +108,13 @@ class PackOps(RepoBase):
 
     def object_problems(self) -> list[str]:
         """Objects whose content does not hash to their name (a corrupted store)."""
+        with self.folding_paused():
+            return self._object_problems()
+
+    def _object_problems(self) -> list[str]:
         problems = []
         store = self.repo.object_store
+        store.packs  # noqa: B018  # rescans the pack directory: drops packs folded away
         for sha in store:
             try:
                 obj = store[sha]

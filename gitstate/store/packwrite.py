@@ -162,15 +162,16 @@ def consolidate(git_dir: Path, fmt: ObjectFormat, limit: int = INLINE_MERGE_LIMI
         if not merge:
             return 0
         objects: dict[bytes, ShaFile] = {}
-        for name in merge:
+        chosen: list[str] = []
+        for name in merge:  # smallest first, within the inline limit
             with Pack(str(pack_dir / name), object_format=fmt) as pack:
-                if len(objects) + len(pack) > limit:
+                if len(objects) + len(pack) > limit and len(chosen) >= 2:
                     break
-                for obj in pack.iterobjects():
-                    objects[obj.id] = obj
-        else:
-            return _replace(pack_dir, merge, objects, fmt)
-        return 0
+                if len(objects) + len(pack) > limit:
+                    return 0  # even two packs are too big here: `gitstate gc` folds them
+                objects.update((obj.id, obj) for obj in pack.iterobjects())
+            chosen.append(name)
+        return _replace(pack_dir, chosen, objects, fmt) if len(chosen) >= 2 else 0
 
 
 def _replace(pack_dir: Path, old: list[str], objects: dict[bytes, ShaFile],
