@@ -143,7 +143,7 @@ class WriteEngine:
                     change = dataclasses.replace(change, request=request)
                 if base.clock is not None:
                     change = dataclasses.replace(change, clock=base.clock)
-                files = {STATE_FILE: plan.state.to_bytes(), **plan.files}
+                plan.files = files = {STATE_FILE: plan.state.to_bytes(), **plan.files}
                 commit = committer.commit(Commit(
                     self.ref, base.commit, files, change.message(), identity(self.config),
                     int(base.now.timestamp()), tz_offset(self.config, base.now)))

@@ -121,7 +121,9 @@ class MainTree:
 
     def after_commit(self, commit: str, plan: Plan, base: Base) -> None:
         """The post-commit step on main: files, schema cache, one projection line."""
-        self.store.checkout(commit, {STATE_FILE: plan.state.to_bytes()})
+        data = plan.files.get(STATE_FILE)  # serialized once, by the engine
+        self.store.checkout(commit, {STATE_FILE: data if data is not None
+                                     else plan.state.to_bytes()})
         if plan.schema_changed:  # otherwise the cache is still HEAD's
             self.write_schema_cache(commit)
         faults.hit("worktree")

@@ -153,6 +153,8 @@ def consolidate(git_dir: Path, fmt: ObjectFormat, limit: int = INLINE_MERGE_LIMI
     were merged (0: nothing to do, or another process is doing it). Never under the write
     lock: it adds a pack whose objects are already in others, then removes those."""
     pack_dir = git_dir / "objects" / "pack"
+    if len(pack_sizes(pack_dir)) < trigger:  # the common case: one listing, no lock
+        return 0
     with locking.attempt(git_dir / REPACK_LOCK_FILE) as taken:
         if not taken:
             return 0
