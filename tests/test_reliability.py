@@ -23,7 +23,7 @@ from gitstate.results import to_json
 from tests.helpers import Clock, assert_fsck_clean, commit_count, git
 
 ROOT = Path(__file__).resolve().parent.parent
-LOAD_SECONDS = float(os.environ.get("GITSTATE_LOAD_SECONDS", "30"))
+LOAD_SECONDS = float(os.environ.get("GITSTATE_LOAD_SECONDS", "20"))
 
 
 def _worker(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
