@@ -23,8 +23,12 @@ START = datetime(2026, 8, 13, 0, 0, tzinfo=UTC)
 
 @pytest.fixture(scope="module")
 def big(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[dict[str, object]]]]:
-    """1,000+ random changes, including reverts and reverts of reverts; and the model."""
+    """1,000+ random changes, including reverts and reverts of reverts; and the model.
+    Built in the fast durability mode: what is tested here is the audit trail, not the
+    flushes (test_write_path.py and test_reliability.py test those)."""
     agent = tmp_path_factory.mktemp("big") / "agent"
+    agent.mkdir(parents=True)
+    (agent / "config.toml").write_text('[gitstate]\ndurability = "fast"\n')
     clock = Clock(START)
     rng = random.Random(7)
     model: list[dict[str, object]] = []  # (commit, key, value-after) per change
