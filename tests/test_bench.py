@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -35,6 +37,7 @@ def test_mcp_roundtrip_bench_quick() -> None:
     assert "MCP client over stdio" in text and "in-process" in text
 
 
+@pytest.mark.slow
 def test_concurrency_bench_quick() -> None:
     """concurrency.py --quick measures 1, 2, 4 and 8 writers."""
     text = _run("concurrency.py")
@@ -54,6 +57,7 @@ def test_lock_wait_bench_quick() -> None:
     assert "gitstate (blocking flock)" in text and "polling" in text
 
 
+@pytest.mark.slow
 def test_mcp_load_bench_quick(node_modules: Path) -> None:
     """mcp_load.py --quick runs MCP Inspector's load test over stdio and HTTP."""
     text = _run("mcp_load.py")

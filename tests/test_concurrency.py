@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from gitstate.config import resolve_tz
 from gitstate.fastpath import section
 from gitstate.model import STATE_FILE, State
@@ -28,6 +30,7 @@ def _worker(*args: str) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_four_processes_increment_to_exactly_400(agent_dir: Path) -> None:
     """4 × 100 CAS increments with retries end at 400, with 400 increment commits."""
     with StateRepo.init(agent_dir) as repo:
@@ -52,6 +55,7 @@ def _acked(stdout: str) -> list[int]:
     return [int(line) for line in stdout.split("\n")[:-1] if line.isdigit()]
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_loses_nothing(agent_dir: Path) -> None:
     """50+ SIGKILLs mid-write: acknowledged writes survive, fsck is clean, reads see HEAD."""
     with StateRepo.init(agent_dir) as repo:
@@ -106,6 +110,7 @@ def _chain(records: list[dict[str, object]]) -> None:
         assert newer["parent"] == older["commit"], (older, newer)
 
 
+@pytest.mark.slow
 def test_readers_beside_writers_never_see_a_rewrite_or_a_hand_edit(agent_dir: Path) -> None:
     """Readers take no lock: a write landing between their reads of HEAD, the history file
     and the working tree must not look like a rewritten branch, a hand edit or a gap."""

@@ -51,6 +51,7 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str],
                           timeout=180, check=False)
 
 
+@pytest.mark.slow
 def test_claude_code_connects_once_approved(hosts: Path,
                                             project: tuple[Path, dict[str, str]]) -> None:
     """examples/claude-code/.mcp.json: pending approval until the folder is trusted and the
@@ -75,6 +76,7 @@ def test_claude_code_connects_once_approved(hosts: Path,
     assert "Connected" in _run(claude, proj / "sub", env_abs).stdout
 
 
+@pytest.mark.slow
 def test_gemini_connects_only_in_a_trusted_folder(hosts: Path,
                                                   project: tuple[Path, dict[str, str]]) -> None:
     """examples/gemini/settings.json: disabled in an untrusted folder, connected once

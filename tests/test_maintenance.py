@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from gitstate import audit
 from gitstate.maintenance import run_gc
 from gitstate.repo import StateRepo
@@ -61,6 +63,7 @@ def test_gc_without_the_git_cli_uses_dulwich(repo: StateRepo) -> None:
     assert all(c.ok for c in audit.verify(repo))
 
 
+@pytest.mark.slow
 def test_reads_and_writes_stay_correct_while_gc_runs(agent_dir: Path) -> None:
     """Writers, a reader and back-to-back gc runs for 10 s (GITSTATE_GC_SECONDS): no lost
     update, fsck clean."""

@@ -201,6 +201,7 @@ def _check(result: dict[str, Any], rule: str | None, texts: tuple[str, ...],
         assert text in result["text"], (what, text, result["text"])
 
 
+@pytest.mark.slow
 def test_typescript_sdk_reads_every_refusal_and_success(node_modules: Path, at_cap: Path,
                                                         stored_cap: Path, typed: Path,
                                                         tmp_path: Path) -> None:
@@ -236,6 +237,7 @@ def test_typescript_sdk_gets_input_errors_as_results(node_modules: Path, at_cap:
         assert not result["threw"] and result["isError"], result
 
 
+@pytest.mark.slow
 def test_inspector_reads_every_refusal_and_success(node_modules: Path, at_cap: Path,
                                                    stored_cap: Path, typed: Path) -> None:
     """MCP Inspector CLI 2.12: the same calls. The issue's own command runs over stdio (a

@@ -160,6 +160,7 @@ def test_clock_jumping_backwards(repo: StateRepo, clock: Clock) -> None:
     assert repo.render(locale="en") == ""
 
 
+@pytest.mark.slow
 def test_load_eight_processes(agent_dir: Path) -> None:
     """4 CAS writers and 4 renderers for a minute: no lost update, no torn read, fsck clean."""
     with StateRepo.init(agent_dir) as repo:

@@ -161,6 +161,7 @@ def test_pull_refuses_divergence(tmp_path: Path, daemon: str) -> None:
     assert b.state().keys["k"].value == 2
 
 
+@pytest.mark.slow
 def test_remote_first_race_exactly_one_wins(tmp_path: Path, daemon: str) -> None:
     """Two clones in remote-first mode race CAS writes on one key: one wins every time."""
     _publish(tmp_path, daemon).close()

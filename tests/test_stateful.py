@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -26,6 +27,8 @@ from gitstate.render import render
 from gitstate.repo import StateRepo
 from gitstate.results import to_json
 from tests.helpers import Clock
+
+pytestmark = pytest.mark.slow  # one long hypothesis run
 
 settings.register_profile("ci", max_examples=200, stateful_step_count=12, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])

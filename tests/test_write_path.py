@@ -134,6 +134,7 @@ def test_killed_at_each_phase(agent: Path, point: str) -> None:
     assert git(agent / "state", "status", "--porcelain").stdout == ""
 
 
+@pytest.mark.slow
 def test_random_kills_lose_nothing(agent: Path) -> None:
     """50 SIGKILLs at random moments of back-to-back writes on each image: every
     acknowledged write is in the log, fsck --strict is clean, HEAD always holds a valid
