@@ -13,12 +13,6 @@ from gitstate.repo import StateRepo
 from tests.helpers import Clock, npm_ci
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The long tests (marked ``slow``) first: the parallel workers start with them, so that
-    no worker is left running one alone at the end."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 @pytest.fixture(autouse=True)
 def _isolated_env(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
