@@ -94,10 +94,6 @@ class WriteEngine:
     mutex: threading.Lock = field(default_factory=threading.Lock)
     """The kernel lock serializes processes; this, the threads of one process."""
 
-    @property
-    def store(self):  # type: ignore[no-untyped-def]  # GitStore, kept off this signature
-        return self.reader.store
-
     def now(self) -> datetime:
         return self.clock().astimezone(UTC).replace(microsecond=0)
 
