@@ -34,8 +34,10 @@ def whole_state(before: State, after: State, now: datetime, config: Config,
     """Raise the refusal of the first rule ``after`` breaks, in this order: the schema
     (types, and who may write when ``writer`` is given), look-alike keys, the stored-key
     limit, the live-key cap, the key lines' bytes, the whole injection's characters."""
+    # an unchanged key keeps its Entry object: identity first spares comparing every field
     changed = sorted(k for k in before.keys.keys() | after.keys.keys()
-                     if before.keys.get(k) != after.keys.get(k))
+                     if (old := before.keys.get(k)) is not (new := after.keys.get(k))
+                     and old != new)
     if schema is not None:
         _schema(schema, before, after, changed, writer)
     live_before, live = before.live(now), after.live(now)

@@ -10,21 +10,31 @@ Many tiny packs slow every read (each lookup walks the packs), so after a write,
 the write lock, :func:`consolidate` folds the small packs into one, geometrically: packs
 are merged when one is smaller than twice the sum of the smaller ones, so the sizes stay a
 geometric series (git's ``repack --geometric=2``) and the count stays logarithmic in the
-history. The merged pack is durable (fsynced, and its directory) before any old pack is
-removed, so an object is always in some complete pack.
+history. Folding copies the packs' entries as they are, compressed, by the offsets in their
+indexes (no inflating, no recompressing); a pack with deltas (one from ``git gc``) is left to
+``gitstate gc``. The merged pack is durable (fsynced, and its directory) before any old pack
+is removed, so an object is always in some complete pack.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import os
+import struct
 from collections.abc import Iterable
 from pathlib import Path
 
 from dulwich.object_format import ObjectFormat
 from dulwich.objects import ShaFile
-from dulwich.pack import Pack, write_pack_index, write_pack_objects
+from dulwich.pack import (
+    OFS_DELTA,
+    REF_DELTA,
+    load_pack_index,
+    write_pack_index,
+    write_pack_objects,
+)
 
 from .. import faults, locking
 from ..layout import REPACK_LOCK_FILE
@@ -163,22 +173,59 @@ def consolidate(git_dir: Path, fmt: ObjectFormat, limit: int = INLINE_MERGE_LIMI
         merge = geometric_merge(sizes) if len(sizes) >= trigger else []
         if not merge:
             return 0
-        objects: dict[bytes, ShaFile] = {}
+        entries: dict[bytes, tuple[bytes, int]] = {}  # sha -> (raw entry, crc32)
         chosen: list[str] = []
         for name in merge:  # smallest first, within the inline limit
-            with Pack(str(pack_dir / name), object_format=fmt) as pack:
-                if len(objects) + len(pack) > limit and len(chosen) >= 2:
-                    break
-                if len(objects) + len(pack) > limit:
-                    return 0  # even two packs are too big here: `gitstate gc` folds them
-                objects.update((obj.id, obj) for obj in pack.iterobjects())
+            raw = raw_entries(pack_dir / name, fmt)
+            if raw is None or len(entries) + len(raw) > limit:
+                break  # deltas (a pack from git gc), or too big: `gitstate gc` folds those
+            entries.update(raw)
             chosen.append(name)
-        return _replace(pack_dir, chosen, objects, fmt) if len(chosen) >= 2 else 0
+        return _replace(pack_dir, chosen, entries, fmt) if len(chosen) >= 2 else 0
 
 
-def _replace(pack_dir: Path, old: list[str], objects: dict[bytes, ShaFile],
+def raw_entries(base: Path, fmt: ObjectFormat) -> dict[bytes, tuple[bytes, int]] | None:
+    """Each object of a pack as its raw, still compressed entry and the entry's CRC-32,
+    read from the index's offsets; None when the pack holds deltas (their offsets point
+    into this pack) or cannot be read whole."""
+    try:
+        index = load_pack_index(str(base) + ".idx", fmt)
+        data = (base.parent / (base.name + ".pack")).read_bytes()
+    except (OSError, ValueError):
+        return None
+    try:
+        positions = sorted((offset, sha, crc) for sha, offset, crc in index.iterentries())
+    finally:
+        index.close()
+    end = len(data) - fmt.oid_length  # the pack's trailing checksum
+    out: dict[bytes, tuple[bytes, int]] = {}
+    for n, (offset, sha, crc) in enumerate(positions):
+        stop = positions[n + 1][0] if n + 1 < len(positions) else end
+        entry = data[offset:stop]
+        if not entry or (entry[0] >> 4) & 7 in (OFS_DELTA, REF_DELTA) or crc is None:
+            return None
+        out[bytes(sha)] = (entry, crc)
+    return out
+
+
+def _raw_pack(entries: dict[bytes, tuple[bytes, int]],
+              fmt: ObjectFormat) -> tuple[str, bytes, bytes]:
+    """A pack of raw entries copied as they are (no inflating, no compressing) and its
+    index: git's format is a header, the entries, and a SHA-1 of both."""
+    body = bytearray(b"PACK" + struct.pack(">II", 2, len(entries)))
+    index_entries = []
+    for sha, (entry, crc) in sorted(entries.items()):
+        index_entries.append((sha, len(body), crc))
+        body += entry
+    checksum = hashlib.sha1(body).digest()
+    index = io.BytesIO()
+    write_pack_index(index, index_entries, checksum, version=2)
+    return f"pack-{checksum.hex()}", bytes(body) + checksum, index.getvalue()
+
+
+def _replace(pack_dir: Path, old: list[str], entries: dict[bytes, tuple[bytes, int]],
              fmt: ObjectFormat) -> int:
-    name, pack, index = build(objects.values(), fmt)
+    name, pack, index = _raw_pack(entries, fmt)
     write(pack_dir, name, pack, index, Flush(), phase="merge")  # durable before removing
     faults.hit("merge.written")
     for stale in old:
