@@ -75,7 +75,7 @@ class StateRepo:
         self.config = config if config is not None else load_config(self.agent_dir)
         self.actor = rules.check_actor(actor or writer)
         self.store = GitStore(self.state_dir)
-        self.durability = self.store.set_durability(self.config.durability)
+        self.store.set_durability(self.config.durability)
         self.projection = Projection(self.state_dir)
         self.reader = StateReader(self.state_dir, self.store, self.projection)
         self.tree = MainTree(self.reader)
@@ -91,6 +91,11 @@ class StateRepo:
         if self.store.head() is None:
             raise NotInitialized(f"{self.state_dir} has no commit on main; run `gitstate init`")
         self.tree.repair_on_open()
+
+    @property
+    def durability(self) -> str:
+        """The durability mode in force (``auto`` resolved for this file system)."""
+        return self.store.flush.mode
 
     def _maintain(self, commit: str, plan: Plan, base: Base) -> None:
         """Post-commit: start background packing when loose objects pile up."""

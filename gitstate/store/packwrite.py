@@ -126,8 +126,8 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # alive, but another user's
+        pass
     return True
 
 
@@ -181,13 +181,15 @@ def consolidate(git_dir: Path, fmt: ObjectFormat, limit: int = INLINE_MERGE_LIMI
                 break  # deltas (a pack from git gc), or too big: `gitstate gc` folds those
             entries.update(raw)
             chosen.append(name)
-        return _replace(pack_dir, chosen, entries, fmt) if len(chosen) >= 2 else 0
+        return _replace(pack_dir, chosen, entries) if len(chosen) >= 2 else 0
 
 
 def raw_entries(base: Path, fmt: ObjectFormat) -> dict[bytes, tuple[bytes, int]] | None:
     """Each object of a pack as its raw, still compressed entry and the entry's CRC-32,
     read from the index's offsets; None when the pack holds deltas (their offsets point
-    into this pack) or cannot be read whole."""
+    into this pack), cannot be read whole, or is not SHA-1 (the copy's checksum is)."""
+    if fmt.oid_length != hashlib.sha1().digest_size:
+        return None
     try:
         index = load_pack_index(str(base) + ".idx", fmt)
         data = (base.parent / (base.name + ".pack")).read_bytes()
@@ -208,8 +210,7 @@ def raw_entries(base: Path, fmt: ObjectFormat) -> dict[bytes, tuple[bytes, int]]
     return out
 
 
-def _raw_pack(entries: dict[bytes, tuple[bytes, int]],
-              fmt: ObjectFormat) -> tuple[str, bytes, bytes]:
+def _raw_pack(entries: dict[bytes, tuple[bytes, int]]) -> tuple[str, bytes, bytes]:
     """A pack of raw entries copied as they are (no inflating, no compressing) and its
     index: git's format is a header, the entries, and a SHA-1 of both."""
     body = bytearray(b"PACK" + struct.pack(">II", 2, len(entries)))
@@ -223,9 +224,8 @@ def _raw_pack(entries: dict[bytes, tuple[bytes, int]],
     return f"pack-{checksum.hex()}", bytes(body) + checksum, index.getvalue()
 
 
-def _replace(pack_dir: Path, old: list[str], entries: dict[bytes, tuple[bytes, int]],
-             fmt: ObjectFormat) -> int:
-    name, pack, index = _raw_pack(entries, fmt)
+def _replace(pack_dir: Path, old: list[str], entries: dict[bytes, tuple[bytes, int]]) -> int:
+    name, pack, index = _raw_pack(entries)
     write(pack_dir, name, pack, index, Flush(), phase="merge")  # durable before removing
     faults.hit("merge.written")
     for stale in old:
