@@ -211,3 +211,30 @@ def test_a_damaged_working_file_is_repaired_not_reported(tmp_path: Path) -> None
     working.write_text(working.read_text().replace('"value": 1', '"value": 2'))
     with StateRepo(tmp_path) as repo:  # a readable, different state is a hand edit
         assert any("edited by hand" in w for w in repo.worktree_warnings())
+
+
+def test_crafted_files_in_the_ref_and_pack_directories(tmp_path: Path) -> None:
+    """A symlink or FIFO at the ref's lock, git's own temporary pack files and a pack that
+    lost its index: the write goes through, nothing outside is touched, and only what a
+    dead writer of ours left is swept (git's in-flight names are left alone)."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me\n")
+    with StateRepo.init(tmp_path / "agent") as repo:
+        git_dir = repo.state_dir / ".git"
+        lock = git_dir / "refs" / "heads" / "main.lock"
+        lock.symlink_to(outside)
+        repo.set("k", 1, "beside a symlinked lock")
+        os.mkfifo(lock)
+        repo.set("k", 2, "beside a FIFO lock")
+        pack_dir = git_dir / "objects" / "pack"
+        ours = pack_dir / "tmp_pack_999999_abcd"  # a pid that is not running
+        theirs = pack_dir / "tmp_pack_Xy12Ab"  # git's own name: maybe another git's
+        for path in (ours, theirs):
+            path.write_bytes(b"partial")
+        (git_dir / "gitstate-writing").touch()  # the crash marker: the next write sweeps
+        repo.set("k", 3, "after a crash")
+        assert repo.state().keys["k"].value == 3
+    assert outside.read_text() == "keep me\n"
+    assert not lock.exists() and not ours.exists() and theirs.exists()
+    theirs.unlink()
+    assert_fsck_clean(tmp_path / "agent" / "state")
