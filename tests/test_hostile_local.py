@@ -238,8 +238,14 @@ def test_a_dead_maintenance_run_is_stale(repo: StateRepo, agent_dir: Path) -> No
     run_gc(repo.reader)  # not "already running"
     (agent_dir / "config.toml").write_text("[gitstate]\nauto_gc = false\n")
     with StateRepo(agent_dir) as again:
-        for i in range(400):  # loose objects, as a fetch leaves them
-            git(again.state_dir, "hash-object", "-w", "--stdin", input=f"object {i}\n")
+        # loose objects, as a fetch leaves them: enough (~12 per fan-out directory) that the
+        # one-directory estimate of maybe_start below cannot miss them
+        files = agent_dir.parent / "loose"
+        files.mkdir()
+        for i in range(3000):
+            (files / str(i)).write_text(f"object {i}\n")
+        git(again.state_dir, "hash-object", "-w", "--stdin-paths",
+            input="".join(f"{files / str(i)}\n" for i in range(3000)))
         again.set("k", 1, "fill")
     pid_file.write_text(str(_dead_pid()))
     with StateRepo(agent_dir, config=Config(gc_loose_objects=50)) as again:
