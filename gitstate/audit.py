@@ -217,7 +217,7 @@ def verify(repo: StateRepo, use_git: bool = True) -> list[Check]:
 
 
 def _object_checks(repo: StateRepo, use_git: bool) -> list[Check]:
-    from .maintenance import wait_idle
+    from .maintenance import last_failure, wait_idle
 
     # packing moves objects from loose files into a pack: checking meanwhile would report
     # objects as missing that are only in flight
@@ -227,6 +227,10 @@ def _object_checks(repo: StateRepo, use_git: bool) -> list[Check]:
     checks = [Check("durability", True, f"{repo.durability} on {describe(repo.state_dir)} "
                     f"([gitstate] durability = {repo.config.durability}); "
                     f"{repo.store.pack_count()} packs", "")]
+    failure = last_failure(repo.state_dir / ".git")
+    checks.append(Check("maintenance", failure is None, f"the last packing run failed: {failure}"
+                        if failure else "", "run `gitstate gc` (state/.git/gitstate-gc.log has "
+                        "what the last automatic run printed)" if failure else ""))
     problems = repo.store.object_problems()
     checks.append(Check("objects", not problems, "; ".join(problems[:5]),
                         "restore the named objects from a mirror or backup" if problems else ""))

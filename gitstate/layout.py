@@ -39,6 +39,8 @@ STAMP_FILE = "gitstate-stamp"  # what the render fast path checks (format below)
 SCHEMA_CACHE_FILE = "gitstate-schema.json"  # the compiled schema, for the wake-up path
 WRITING_FILE = "gitstate-writing"  # a write in progress; left behind only by a killed one
 PID_FILE = "gitstate-gc.pid"  # the running maintenance process
+GC_LOG_FILE = "gitstate-gc.log"  # what the last automatic maintenance run printed
+GC_FAILED_FILE = "gitstate-gc.failed"  # why the last maintenance run failed (gone on success)
 HAND_EDITS_DIR = "gitstate-hand-edits"  # hand edits moved aside, kept for the operator
 INCOMING_PREFIX = "gitstate-incoming-"  # quarantines of fetches in flight
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import safefile
 from .errors import Refused
-from .layout import PID_FILE
+from .layout import GC_FAILED_FILE, GC_LOG_FILE, PID_FILE
 
 if TYPE_CHECKING:
     from .config import Config
@@ -40,10 +40,17 @@ def maybe_start(store: GitStore, agent_dir: Path, config: Config, commit: str) -
     if not _claim(pid_path, write_pid=False):  # empty until the child's pid is known
         return False
     try:
-        child = subprocess.Popen(  # detached: the write returns at once
-            [sys.executable, "-m", "gitstate", "--agent-dir", str(agent_dir), "gc",
-             "--auto"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        # the run's output goes to a log beside the pid file: a run that fails (or a child
+        # that cannot even start) leaves its reason there, and `verify` names it
+        log_path = store.git_dir / GC_LOG_FILE
+        with contextlib.suppress(FileNotFoundError):
+            log_path.unlink()  # a fresh file: never write through a planted symlink or FIFO
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with open(fd, "wb") as log:
+            child = subprocess.Popen(  # detached: the write returns at once
+                [sys.executable, "-m", "gitstate", "--agent-dir", str(agent_dir), "gc",
+                 "--auto"], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                start_new_session=True, close_fds=True)
     except OSError:
         pid_path.unlink()
         raise
@@ -115,9 +122,22 @@ def _claim(pid_path: Path, write_pid: bool = True) -> bool:
 
 def _write_pid(pid_path: Path, pid: int) -> None:
     """Name the process that does the work (atomically: a reader sees one pid or the other)."""
-    tmp = pid_path.with_name(f".{pid_path.name}.{os.getpid()}.tmp")
-    tmp.write_text(str(pid), encoding="ascii")
-    os.replace(tmp, pid_path)
+    _replace_text(pid_path, str(pid))
+
+
+def _replace_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def last_failure(git_dir: Path) -> str | None:
+    """Why the last maintenance run failed, or None (it succeeded, or none has run)."""
+    try:
+        text = safefile.read_regular(git_dir / GC_FAILED_FILE, 4096)
+    except OSError:
+        return None
+    return text.decode("utf-8", "replace").strip() or None
 
 
 def run_gc(reader: StateReader, auto: bool = False) -> dict[str, Any]:
@@ -127,8 +147,17 @@ def run_gc(reader: StateReader, auto: bool = False) -> dict[str, Any]:
     if not auto and not _claim(pid_path):
         raise Refused("maintenance is already running on this repository", rule="gc.running")
     start = time.perf_counter()
+    failed_path = reader.store.git_dir / GC_FAILED_FILE
     try:
         figures = reader.store.gc()
+    except BaseException as exc:
+        with contextlib.suppress(OSError):  # best effort: a full disk may refuse this too
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            _replace_text(failed_path, f"{stamp} {type(exc).__name__}: {exc}\n")
+        raise
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            failed_path.unlink()
     finally:
         with contextlib.suppress(FileNotFoundError):
             pid_path.unlink()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gitstate import audit
-from gitstate.maintenance import run_gc
+from gitstate.maintenance import last_failure, run_gc, wait_idle
 from gitstate.repo import StateRepo
 from tests.helpers import assert_fsck_clean, git, run_cli
 
@@ -94,21 +94,45 @@ def test_reads_and_writes_stay_correct_while_gc_runs(agent_dir: Path) -> None:
 
 def test_automatic_gc_starts_past_the_threshold(agent_dir: Path) -> None:
     """Past the loose-object threshold (objects that came from elsewhere), a write starts
-    background maintenance that packs them."""
+    background maintenance that packs them; the run leaves its output in a log (a symlink
+    planted under the log's name is replaced, its target never written)."""
     (agent_dir / "config.toml").write_text("[gitstate]\ngc_loose_objects = 60\n")
+    target = agent_dir / "outside.txt"
+    target.write_text("keep me")
     with StateRepo.init(agent_dir) as repo:
+        git_dir = repo.state_dir / ".git"
+        (git_dir / "gitstate-gc.log").symlink_to(target)
         _loose_objects_from_elsewhere(repo.state_dir, 400)
         for i in range(20):
             repo.set(f"k{i % 7}", i, "r")
-        deadline = time.monotonic() + 60
-        while _loose(repo.state_dir):
-            assert time.monotonic() < deadline, "maintenance did not pack the loose objects"
-            time.sleep(0.2)
-        while (repo.state_dir / ".git" / "gitstate-gc.pid").exists():
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        assert (git_dir / "gitstate-gc.log").exists()  # a run was started
+        assert wait_idle(git_dir, timeout=120), "maintenance still running after 120 s"
+        log = (git_dir / "gitstate-gc.log").read_text()
+        assert _loose(repo.state_dir) == 0, f"loose objects left; the run printed: {log!r}"
+        assert "packed" in log and last_failure(git_dir) is None
+        assert target.read_text() == "keep me" and not (git_dir / "gitstate-gc.log").is_symlink()
         repo.set("k0", -1, "still writable")
         assert all(c.ok for c in audit.verify(repo))
+
+
+def test_a_failed_maintenance_run_is_named_by_verify(repo: StateRepo) -> None:
+    """A packing run that fails (here: a ref names a corrupt loose object) leaves its reason;
+    verify names it until a run succeeds."""
+    sha = "ab" + "0" * 38
+    bad = repo.state_dir / ".git" / "objects" / "ab" / sha[2:]
+    bad.parent.mkdir(exist_ok=True)
+    bad.write_bytes(b"not a zlib stream")
+    side = repo.state_dir / ".git" / "refs" / "gitstate" / "unpushed" / "bad"
+    side.parent.mkdir(parents=True, exist_ok=True)
+    side.write_text(sha + "\n")
+    out = run_cli("gc", agent_dir=repo.agent_dir)
+    assert out.returncode != 0
+    checks = {c.name: c for c in audit.verify(repo, use_git=False)}
+    assert not checks["maintenance"].ok and "failed" in checks["maintenance"].detail, checks
+    side.unlink()
+    bad.unlink()
+    assert run_cli("gc", agent_dir=repo.agent_dir).returncode == 0
+    assert all(c.ok for c in audit.verify(repo))
 
 
 def test_auto_gc_can_be_disabled(agent_dir: Path) -> None:
