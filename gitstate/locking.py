@@ -82,8 +82,9 @@ class _Waiter:
 
 
 @contextlib.contextmanager
-def exclusive(path: Path, timeout: float = 60.0) -> Iterator[None]:
-    """Hold the lock at ``path``; LockTimeout when another holder keeps it ``timeout`` s."""
+def exclusive(path: Path, timeout: float = 60.0) -> Iterator[int]:
+    """Hold the lock at ``path``; LockTimeout when another holder keeps it ``timeout`` s.
+    Yields the locked descriptor (the holder may keep a marker in the file's bytes)."""
     fd = _open(path)
     if not _take_now(fd):  # contended: wait in the kernel, not in a sleep loop
         os.close(fd)
@@ -92,7 +93,7 @@ def exclusive(path: Path, timeout: float = 60.0) -> Iterator[None]:
             raise LockTimeout(f"another writer held {path} for {timeout:.0f}s")
         fd = waited
     try:
-        yield
+        yield fd
     finally:
         os.close(fd)  # closing the descriptor releases the flock
 

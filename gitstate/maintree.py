@@ -128,10 +128,8 @@ class MainTree:
             self.write_schema_cache(commit)
         faults.hit("worktree")
         info = self.store.last_commit
-        if info is not None and info.id == commit and \
-                self.projection.last_commit() == base.commit:
-            self.projection.append([record(info)])
-        else:
+        if info is None or info.id != commit or \
+                not self.projection.append_after(base.commit, [record(info)]):
             self.projection.catch_up(self.store, commit)
 
     def refresh(self, head: str) -> None:

@@ -260,6 +260,45 @@ class Projection:
         finally:
             os.close(fd)
 
+    def append_after(self, last: str, records: Iterable[ChangeRecord]) -> bool:
+        """Append ``records`` when the newest complete record is ``last`` (the hot path after a
+        commit: one open for the check, the torn-tail cut and the write); False, with
+        nothing written, when it is not (or the file is absent or not a regular file)."""
+        data = b"".join(_line(r) for r in records)
+        try:
+            f = safefile.open_regular(self.path, write=True)
+        except OSError:
+            return False
+        with f:
+            size = f.seek(0, os.SEEK_END)
+            newest = self._tail(f, 1, size)
+            if not newest or newest[0].get("commit") != last:
+                return False
+            f.seek(size - 1)
+            if f.read(1) != b"\n":  # a torn line after the newest record: cut it
+                f.seek(0)
+                f.truncate(self._end_of_complete(f, size))
+            f.seek(0, os.SEEK_END)
+            f.flush()
+            if faults.armed("projection"):  # die with half a line written
+                os.write(f.fileno(), data[: len(data) // 2])
+                faults.hit("projection")
+            os.write(f.fileno(), data)
+        return True
+
+    @staticmethod
+    def _end_of_complete(f: BinaryIO, size: int) -> int:
+        """The offset just past the last newline of the first ``size`` bytes (0: none)."""
+        pos = size
+        while pos > 0:
+            step = min(4096, pos)
+            pos -= step
+            f.seek(pos)
+            idx = f.read(step).rfind(b"\n")
+            if idx >= 0:
+                return pos + idx + 1
+        return 0
+
     def catch_up(self, walker: _Walker, head: str) -> int:
         """Append what the log has and the projection lacks; returns how many."""
         records = self.missing(walker, head, self.last_commit())  # under the write lock
@@ -282,18 +321,7 @@ class Projection:
                 if size == 0:
                     return
                 f.seek(size - 1)
-                if f.read(1) == b"\n":
-                    return
-                pos = size
-                while pos > 0:
-                    step = min(4096, pos)
-                    pos -= step
-                    f.seek(pos)
-                    block = f.read(step)
-                    idx = block.rfind(b"\n")
-                    if idx >= 0:
-                        f.truncate(pos + idx + 1)
-                        return
-                f.truncate(0)
+                if f.read(1) != b"\n":
+                    f.truncate(self._end_of_complete(f, size))
         except (FileNotFoundError, safefile.NotRegular):
             return

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -60,6 +59,23 @@ def run_inspector(target: Path | str, tool: str,
     text = out.stdout.strip()
     data: dict[str, Any] = json.loads(text) if text.startswith("{") else {"raw": text}
     return out.returncode, data
+
+
+def run_inspector_batch(url: str, calls: list[Call], tmp: Path) -> list[tuple[int, dict[str, Any]]]:
+    """Many tools/call runs of the Inspector's own CLI function (``runCli``, what its binary
+    calls) in one Node process (tests/js/inspector_batch.mjs); (exit status, JSON) each."""
+    path = tmp / f"inspector-{os.urandom(4).hex()}.json"
+    path.write_text(json.dumps({"url": url, "calls": [{"tool": c[0], "arguments": c[1]}
+                                                      for c in calls]}))
+    out = subprocess.run(["node", str(JS / "inspector_batch.mjs"), str(path)],
+                         capture_output=True, text=True, timeout=300, check=False, cwd=JS)
+    assert out.returncode == 0, out.stderr[-2000:]
+    results = []
+    for entry in json.loads(out.stdout):
+        text = entry["output"].strip()
+        results.append((entry["code"], json.loads(text) if text.startswith("{")
+                        else {"raw": text}))
+    return results
 
 
 def _fill(repo: StateRepo, n: int) -> None:
@@ -237,13 +253,14 @@ def test_typescript_sdk_gets_input_errors_as_results(node_modules: Path, at_cap:
         assert not result["threw"] and result["isError"], result
 
 
-@pytest.mark.slow
 def test_inspector_reads_every_refusal_and_success(node_modules: Path, at_cap: Path,
-                                                   stored_cap: Path, typed: Path) -> None:
-    """MCP Inspector CLI 2.12: the same calls. The issue's own command runs over stdio (a
-    server per call); the rest go to one HTTP server per state, the same client code without
-    a second's server start per call. Inspector exits 5 for a tool error it could read, and
-    1 when a result broke the output schema."""
+                                                   stored_cap: Path, typed: Path,
+                                                   tmp_path: Path) -> None:
+    """MCP Inspector CLI 2.12: the same calls. The issue's own command runs over stdio (the
+    binary, a server per call); the rest go to one HTTP server per state through the same
+    CLI code run in one Node process (a Node start per call costs about 1.5 s here).
+    Inspector exits 5 for a tool error it could read, and 1 when a result broke the output
+    schema."""
     stdio_code, stdio = run_inspector(at_cap, *AT_CAP[0][:2])
     results: list[tuple[Call, int, dict[str, Any]]] = [(AT_CAP[0], stdio_code, stdio)]
     for agent, calls in ((at_cap, AT_CAP[1:] + SUCCESSES), (typed, TYPED), (stored_cap, [
@@ -251,12 +268,11 @@ def test_inspector_reads_every_refusal_and_success(node_modules: Path, at_cap: P
              "keys.stored_cap", ("old0",))])):
         server = HttpServer(agent)
         try:
-            refusals = [c for c in calls if c[2] is not None]
-            with ThreadPoolExecutor(max_workers=4) as pool:  # refusals write nothing
-                results += list(pool.map(
-                    lambda c, url=server.url: (c, *run_inspector(url, c[0], c[1])), refusals))
-            results += [(c, *run_inspector(server.url, c[0], c[1])) for c in calls
-                        if c[2] is None]  # successes in order
+            # refusals write nothing, so they go first; the successes follow in order
+            ordered = [c for c in calls if c[2] is not None] + [c for c in calls
+                                                                  if c[2] is None]
+            results += [(c, *r) for c, r in zip(ordered, run_inspector_batch(
+                server.url, ordered, tmp_path), strict=True)]
         finally:
             server.stop()
     for (tool, args, rule, texts), code, data in results:

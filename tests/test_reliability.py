@@ -72,7 +72,7 @@ def test_stale_lock_files_of_a_dead_writer_are_cleared(repo: StateRepo) -> None:
     (git_dir / "index.lock").write_text("dead\n")
     (git_dir / "objects" / "ab").mkdir(exist_ok=True)
     (git_dir / "objects" / "ab" / ("c" * 38 + ".lock")).write_text("dead\n")
-    (git_dir / "gitstate-writing").touch()  # the marker a killed writer leaves
+    (git_dir / "gitstate.lock").write_bytes(b"1")  # the marker a killed writer leaves
     repo.set("k", 2, "after a crash")
     assert not [p for p in git_dir.rglob("*.lock") if p.name != "gitstate.lock"]
     assert repo.state().keys["k"].value == 2

@@ -231,7 +231,7 @@ def test_crafted_files_in_the_ref_and_pack_directories(tmp_path: Path) -> None:
         theirs = pack_dir / "tmp_pack_Xy12Ab"  # git's own name: maybe another git's
         for path in (ours, theirs):
             path.write_bytes(b"partial")
-        (git_dir / "gitstate-writing").touch()  # the crash marker: the next write sweeps
+        (git_dir / "gitstate-writing").touch()  # an older version's crash marker: swept too
         repo.set("k", 3, "after a crash")
         assert repo.state().keys["k"].value == 3
     assert outside.read_text() == "keep me\n"

@@ -81,6 +81,7 @@ class RepoBase:
         self.last_commit: CommitInfo | None = None
         self._last_commit_time = 0
         self.last_objects: list[str] = []
+        self._lock_fd: int | None = None  # the write lock's descriptor, while held
 
     def set_durability(self, mode: str) -> str:
         """Pick the flushes for ``mode`` (auto: from this repository's file system);
@@ -139,25 +140,38 @@ class RepoBase:
     @contextlib.contextmanager
     def lock(self, timeout: float = 60.0) -> Iterator[None]:
         """The kernel write lock: released by the kernel when its holder dies."""
-        with locking.exclusive(self.git_dir / LOCK_FILE, timeout):
-            yield
+        with locking.exclusive(self.git_dir / LOCK_FILE, timeout) as fd:
+            self._lock_fd = fd
+            try:
+                yield
+            finally:
+                self._lock_fd = None
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[bool]:
         """Mark a write in progress (call with the lock held). Yields True when the marker
         was already there, i.e. the previous writer died mid-write: its ``*.lock`` and
-        temporary files are then swept, since with the kernel lock held none is live."""
-        marker = self.git_dir / WRITING_FILE
-        crashed = marker.exists()
+        temporary files are then swept, since with the kernel lock held none is live.
+
+        The marker is the first byte of the lock file (``1`` while a write runs): the file
+        is open anyway, and a byte written in place costs a fraction of creating and
+        removing a file on every write. Only a process's death must survive, not a power
+        loss, so it is never flushed. A ``gitstate-writing`` file is the marker of older
+        versions, honoured the same way."""
+        fd = self._lock_fd
+        if fd is None:
+            raise StoreError("a write was started without the write lock", rule="store.lock")
+        legacy = self.git_dir / WRITING_FILE
+        crashed = os.pread(fd, 1, 0) == b"1" or legacy.exists()
         if crashed:
             self.sweep_stale_locks()
-        else:
-            marker.touch()
+            with contextlib.suppress(FileNotFoundError):
+                legacy.unlink()
+        os.pwrite(fd, b"1", 0)  # an OSError here (a full disk) is mapped by the engine
         try:
             yield crashed
         finally:  # a refusal or an error is a clean end; only a dead process skips this
-            with contextlib.suppress(FileNotFoundError):
-                marker.unlink()
+            os.pwrite(fd, b"0", 0)
 
     def sweep_stale_locks(self) -> list[Path]:
         """Remove every dulwich ``*.lock`` and our temporary files (lock held)."""

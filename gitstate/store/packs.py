@@ -35,7 +35,7 @@ class PackOps(RepoBase):
             yield
 
     def pack_count(self) -> int:
-        return len(packwrite.pack_sizes(self.git_dir / "objects" / "pack"))
+        return len(packwrite.pack_names(self.git_dir / "objects" / "pack"))
 
     def loose_estimate(self, objects: list[str]) -> int:
         """Estimated loose objects from the fan-out directories a write just touched (already

@@ -19,25 +19,17 @@ is removed, so an object is always in some complete pack.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import io
 import os
-import struct
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
 from dulwich.object_format import ObjectFormat
 from dulwich.objects import ShaFile
-from dulwich.pack import (
-    OFS_DELTA,
-    REF_DELTA,
-    load_pack_index,
-    write_pack_index,
-    write_pack_objects,
-)
 
 from .. import faults, locking
 from ..layout import REPACK_LOCK_FILE
+from . import packfmt
 from .durability import Flush, fsync_dir
 
 INLINE_MERGE_LIMIT = 20_000  # objects; bigger merges are left to `gitstate gc`
@@ -46,12 +38,10 @@ PACK_TRIGGER = 16  # complete packs before a write consolidates (amortized over 
 
 def build(objects: Iterable[ShaFile], fmt: ObjectFormat) -> tuple[str, bytes, bytes]:
     """The pack and its index in memory: (name, pack bytes, index bytes)."""
-    pack = io.BytesIO()
-    entries, checksum = write_pack_objects(pack, list(objects), fmt, deltify=False)
-    index = io.BytesIO()
-    write_pack_index(index, sorted((sha, off, crc) for sha, (off, crc) in entries.items()),
-                     checksum, version=2)
-    return f"pack-{checksum.hex()}", pack.getvalue(), index.getvalue()
+    pack, index, checksum = packfmt.pack(
+        ((bytes.fromhex(o.id.decode()), packfmt.entry(o.type_num, o.as_raw_string()))
+         for o in objects), fmt.hash_func)
+    return f"pack-{checksum.hex()}", pack, index
 
 
 def write(pack_dir: Path, name: str, pack: bytes, index: bytes, flush: Flush,
@@ -131,17 +121,22 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def pack_sizes(pack_dir: Path) -> dict[str, int]:
-    """Complete packs (a ``.pack`` with its ``.idx``) and their sizes in bytes."""
+def pack_names(pack_dir: Path) -> list[str]:
+    """Complete packs (a ``.pack`` with its ``.idx``), from one listing (no stat: this runs
+    after every write)."""
     try:
-        names = os.listdir(pack_dir)
+        names = set(os.listdir(pack_dir))
     except FileNotFoundError:
-        return {}
+        return []
+    return [n[:-5] for n in names if n.endswith(".pack") and n[:-5] + ".idx" in names]
+
+
+def pack_sizes(pack_dir: Path) -> dict[str, int]:
+    """Complete packs and their sizes in bytes."""
     sizes = {}
-    for name in names:
-        if name.endswith(".pack") and name[:-5] + ".idx" in names:
-            with contextlib.suppress(FileNotFoundError):
-                sizes[name[:-5]] = os.stat(pack_dir / name).st_size
+    for name in pack_names(pack_dir):
+        with contextlib.suppress(FileNotFoundError):
+            sizes[name] = os.stat(pack_dir / f"{name}.pack").st_size
     return sizes
 
 
@@ -163,7 +158,7 @@ def consolidate(git_dir: Path, fmt: ObjectFormat, limit: int = INLINE_MERGE_LIMI
     were merged (0: nothing to do, or another process is doing it). Never under the write
     lock: it adds a pack whose objects are already in others, then removes those."""
     pack_dir = git_dir / "objects" / "pack"
-    if len(pack_sizes(pack_dir)) < trigger:  # the common case: one listing, no lock
+    if len(pack_names(pack_dir)) < trigger:  # the common case: one listing, no lock
         return 0
     with locking.attempt(git_dir / REPACK_LOCK_FILE) as taken:
         if not taken:
@@ -173,7 +168,7 @@ def consolidate(git_dir: Path, fmt: ObjectFormat, limit: int = INLINE_MERGE_LIMI
         merge = geometric_merge(sizes) if len(sizes) >= trigger else []
         if not merge:
             return 0
-        entries: dict[bytes, tuple[bytes, int]] = {}  # sha -> (raw entry, crc32)
+        entries: dict[bytes, bytes] = {}  # object name -> raw entry
         chosen: list[str] = []
         for name in merge:  # smallest first, within the inline limit
             raw = raw_entries(pack_dir / name, fmt)
@@ -181,51 +176,38 @@ def consolidate(git_dir: Path, fmt: ObjectFormat, limit: int = INLINE_MERGE_LIMI
                 break  # deltas (a pack from git gc), or too big: `gitstate gc` folds those
             entries.update(raw)
             chosen.append(name)
-        return _replace(pack_dir, chosen, entries) if len(chosen) >= 2 else 0
+        return _replace(pack_dir, chosen, entries, fmt) if len(chosen) >= 2 else 0
 
 
-def raw_entries(base: Path, fmt: ObjectFormat) -> dict[bytes, tuple[bytes, int]] | None:
-    """Each object of a pack as its raw, still compressed entry and the entry's CRC-32,
-    read from the index's offsets; None when the pack holds deltas (their offsets point
-    into this pack), cannot be read whole, or is not SHA-1 (the copy's checksum is)."""
-    if fmt.oid_length != hashlib.sha1().digest_size:
-        return None
+def raw_entries(base: Path, fmt: ObjectFormat) -> dict[bytes, bytes] | None:
+    """Each object of a pack as its raw, still compressed entry, read from the index's
+    offsets; None when the pack holds deltas (their offsets point into this pack), cannot
+    be read whole, or an entry's CRC-32 differs from the index's (a damaged pack is never
+    copied, so never removed either: `verify` names it)."""
     try:
-        index = load_pack_index(str(base) + ".idx", fmt)
+        index = (base.parent / (base.name + ".idx")).read_bytes()
         data = (base.parent / (base.name + ".pack")).read_bytes()
+        positions = sorted((offset, sha, crc) for sha, offset, crc in
+                           packfmt.read_index_v2(index, fmt.oid_length))
     except (OSError, ValueError):
         return None
-    try:
-        positions = sorted((offset, sha, crc) for sha, offset, crc in index.iterentries())
-    finally:
-        index.close()
     end = len(data) - fmt.oid_length  # the pack's trailing checksum
-    out: dict[bytes, tuple[bytes, int]] = {}
+    out: dict[bytes, bytes] = {}
     for n, (offset, sha, crc) in enumerate(positions):
         stop = positions[n + 1][0] if n + 1 < len(positions) else end
         entry = data[offset:stop]
-        if not entry or (entry[0] >> 4) & 7 in (OFS_DELTA, REF_DELTA) or crc is None:
+        if not entry or stop > end or zlib.crc32(entry) != crc or \
+                packfmt.entry_type(entry) in (packfmt.OFS_DELTA, packfmt.REF_DELTA):
             return None
-        out[bytes(sha)] = (entry, crc)
+        out[sha] = entry
     return out
 
 
-def _raw_pack(entries: dict[bytes, tuple[bytes, int]]) -> tuple[str, bytes, bytes]:
-    """A pack of raw entries copied as they are (no inflating, no compressing) and its
-    index: git's format is a header, the entries, and a SHA-1 of both."""
-    body = bytearray(b"PACK" + struct.pack(">II", 2, len(entries)))
-    index_entries = []
-    for sha, (entry, crc) in sorted(entries.items()):
-        index_entries.append((sha, len(body), crc))
-        body += entry
-    checksum = hashlib.sha1(body).digest()
-    index = io.BytesIO()
-    write_pack_index(index, index_entries, checksum, version=2)
-    return f"pack-{checksum.hex()}", bytes(body) + checksum, index.getvalue()
-
-
-def _replace(pack_dir: Path, old: list[str], entries: dict[bytes, tuple[bytes, int]]) -> int:
-    name, pack, index = _raw_pack(entries)
+def _replace(pack_dir: Path, old: list[str], entries: dict[bytes, bytes],
+             fmt: ObjectFormat) -> int:
+    # the entries are copied as they are (no inflating, no compressing)
+    pack, index, checksum = packfmt.pack(sorted(entries.items()), fmt.hash_func)
+    name = f"pack-{checksum.hex()}"
     write(pack_dir, name, pack, index, Flush(), phase="merge")  # durable before removing
     faults.hit("merge.written")
     for stale in old:
