@@ -10,7 +10,9 @@ picks there), the median ms of ``StateRepo.set`` next to the plain JSON store (r
 fsync + rename, JSONL append + fsync) and the git CLI's plumbing with ``core.fsync=all``, on
 the same file system, interleaved in blocks so that all see the same noise. Then the system
 calls of one write (``strace -c`` over 200 writes in a child process, per write): fsyncs
-(fsync, fdatasync, sync_file_range), opens, renames.
+(fsync, fdatasync, sync_file_range), opens, renames. Last, per file system, what replacing
+one re-derivable 3 KB file costs: a temporary file renamed over it (``atomic_write``) against
+the spare exchanged with it (``swap_write``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench import GitCliStore, PlainJsonStore, median_ms, time_writes
 from gitstate.repo import StateRepo
 from gitstate.store import durability
+from gitstate.store.fs import atomic_write, swap_write
 
 IMAGES = {"ext4": ("mkfs.ext4", ["-q", "-F"], "256M"), "xfs": ("mkfs.xfs", ["-q", "-f"], "512M")}
 STRACE_WRITES = 200
@@ -117,6 +120,26 @@ def syscalls(root: Path, mode: str) -> dict[str, float] | None:
             "renames": per_write("rename", "renameat", "renameat2")}
 
 
+def replace_costs(root: Path, n: int) -> tuple[float, float]:
+    """Median ms of replacing a 3 KB file: atomic_write (no fsync), then swap_write."""
+    import time
+
+    target, spare = root / "replace-target.json", root / "replace-spare"
+    target.write_bytes(b"{}")
+    data = [bytes([48 + i % 10]) * 3000 for i in range(n)]
+    out = []
+    for write in (lambda d: atomic_write(target, d, fsync=False),
+                  lambda d: swap_write(target, d, spare)):
+        times = []
+        for d in data:
+            start = time.perf_counter()
+            write(d)
+            times.append(time.perf_counter() - start)
+        assert target.read_bytes() == data[-1]
+        out.append(sorted(times)[len(times) // 2] * 1000)
+    return out[0], out[1]
+
+
 def _counts(path: Path) -> dict[str, int]:
     counts = {}
     for line in path.read_text().splitlines():
@@ -137,6 +160,7 @@ def main() -> None:
           "x = ratio to the plain store, and how many times faster than the git CLI")
     print(f"  {'file system':<20}{'mode':<14}{'ms':>8}{'vs plain':>10}{'vs git CLI':>12}"
           f"{'fsyncs':>8}{'opens':>7}{'renames':>9}")
+    replacing = []
     for kind in args.fs:
         with file_system(kind) as root:
             if root is None:
@@ -156,6 +180,11 @@ def main() -> None:
                 print(f"  {described:<20}{label:<14}{figures[mode]:>8.3f}"
                       f"{figures[mode] / figures['plain']:>9.2f}x"
                       f"{figures['git_cli'] / figures[mode]:>11.2f}x{tail}")
+            replacing.append((described, *replace_costs(root, 50 if args.quick else 500)))
+    print("replacing a re-derivable 3 KB file, median ms")
+    print(f"  {'file system':<20}{'temp + rename':>14}{'spare exchange':>16}{'ratio':>8}")
+    for described, renamed, swapped in replacing:
+        print(f"  {described:<20}{renamed:>14.3f}{swapped:>16.3f}{renamed / swapped:>7.1f}x")
 
 
 if __name__ == "__main__":

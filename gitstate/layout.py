@@ -41,6 +41,7 @@ WRITING_FILE = "gitstate-writing"  # a write in progress; left behind only by a 
 PID_FILE = "gitstate-gc.pid"  # the running maintenance process
 GC_LOG_FILE = "gitstate-gc.log"  # what the last automatic maintenance run printed
 GC_FAILED_FILE = "gitstate-gc.failed"  # why the last maintenance run failed (gone on success)
+SPARE_PREFIX = "gitstate-spare-"  # + a file's name: its spare for swap_write (store/fs.py)
 HAND_EDITS_DIR = "gitstate-hand-edits"  # hand edits moved aside, kept for the operator
 INCOMING_PREFIX = "gitstate-incoming-"  # quarantines of fetches in flight
 

@@ -403,3 +403,54 @@ def test_verify_names_files_that_do_not_belong(repo: StateRepo) -> None:
     (repo.state_dir / ".gitconfig").write_text("[core]\n\tfsmonitor = touch MARK\n")
     checks = {c.name: c for c in audit.verify(repo)}
     assert not checks["stray-files"].ok and ".gitconfig" in checks["stray-files"].detail
+
+
+# -- the spare files of the hot path (store/fs.py swap_write) ------------------------------
+
+@pytest.mark.parametrize("plant", ["symlink", "hardlink", "fifo", "directory"])
+def test_a_planted_spare_file_is_never_written_through(tmp_path: Path, plant: str) -> None:
+    """The working file, index and stamp trade places with kept spares in .git. A symlink,
+    hard link, FIFO or directory planted under a spare's name: the thing it names stays
+    as it was, writes go on, and git reads everything."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me\n")
+    with StateRepo.init(tmp_path / "agent") as repo:
+        repo.set("k", 0, "before")
+        git_dir = repo.state_dir / ".git"
+        spares = [git_dir / f"gitstate-spare-{n}" for n in ("working_state.json", "index",
+                                                              "stamp")]
+        for spare in spares:
+            spare.unlink(missing_ok=True)
+            if plant == "symlink":
+                spare.symlink_to(outside)
+            elif plant == "hardlink":
+                os.link(outside, spare)
+            elif plant == "fifo":
+                os.mkfifo(spare)
+            else:
+                spare.mkdir()
+        for i in range(1, 4):
+            repo.set("k", i, f"write {i} beside a planted spare")
+        assert repo.state().keys["k"].value == 3
+        assert outside.read_text() == "keep me\n"
+        assert "k = 3" in repo.render() and to_json(repo.get())["warnings"] == []
+        assert git(repo.state_dir, "status", "--porcelain").stdout == ""
+    assert_fsck_clean(tmp_path / "agent" / "state")
+
+
+def test_a_hard_linked_working_file_never_leaks_a_write(tmp_path: Path) -> None:
+    """working_state.json replaced by a hard link to a file outside: it trades places into
+    the spare's name, and the next writes make a fresh spare instead of writing into it."""
+    outside = tmp_path / "outside.json"
+    with StateRepo.init(tmp_path / "agent") as repo:
+        repo.set("k", 0, "before")
+        work = repo.state_dir / "working_state.json"
+        outside.write_bytes(work.read_bytes())
+        work.unlink()
+        os.link(outside, work)  # same bytes as HEAD: not a hand edit
+        before = outside.read_bytes()
+        for i in range(1, 4):
+            repo.set("k", i, f"write {i}")
+        assert outside.read_bytes() == before
+        assert json.loads(work.read_bytes())["keys"]["k"]["value"] == 3
+    assert_fsck_clean(tmp_path / "agent" / "state")

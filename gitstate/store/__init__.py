@@ -7,12 +7,13 @@ callers hand it file contents and a message.
 
 Write protocol (see docs/design.md, "The write path"), all under ``flock(.git/gitstate.lock)``:
 
-1. blob, tree and commit objects are written with fsync (``fsync_object_files``);
-2. the ref moves by ``set_if_equals(base, new)``: this is the commit point;
-3. the working tree file is replaced atomically (unique temp name, fsync, rename), the index
-   entry updated, and a stamp ``<commit> <blob>`` written for the render fast path.
+1. the commit's new objects are written as one small pack and its index (``packwrite``),
+   flushed as the durability mode says (``durability``);
+2. the ref moves by compare-and-swap under ``<ref>.lock``: this is the commit point;
+3. the working tree file, the index entry and the stamp ``<commit> <blob>`` (what the render
+   fast path checks) are replaced by ``fs.swap_write``, never flushed.
 
-A crash before 2 leaves only unreachable objects; a crash after 2 leaves a working tree
+A crash before 2 leaves only objects no ref names; a crash after 2 leaves a working tree
 that equals the parent commit's file, which :meth:`GitStore.worktree_status` recognises as
 a leftover (repaired silently) rather than a hand edit (reported, never injected).
 

@@ -14,10 +14,10 @@ from dulwich.objects import ObjectID
 
 from .. import faults, layout, safefile
 from ..errors import StoreError
-from ..layout import FILE_MODE, SCHEMA_FILE, STAMP_FILE, STATE_FILE, TREE_FILES
+from ..layout import FILE_MODE, SCHEMA_FILE, SPARE_PREFIX, STAMP_FILE, STATE_FILE, TREE_FILES
 from ..model import State
 from .base import RepoBase, WorktreeStatus
-from .fs import atomic_write, file_blob_id
+from .fs import file_blob_id, swap_write
 
 
 class WorktreeOps(RepoBase):
@@ -40,7 +40,7 @@ class WorktreeOps(RepoBase):
                 assert data is not None
                 # re-derivable from HEAD, so never flushed: a crash that loses it is
                 # repaired by the next open (an empty or unreadable file is damage)
-                atomic_write(target, data, fsync=False)
+                swap_write(target, data, self.git_dir / f"{SPARE_PREFIX}{name}")
                 faults.hit("checkout.file")
             entries[name.encode()] = index_entry_from_stat(
                 os.stat(target), ObjectID(blob_id.encode()), FILE_MODE)
@@ -53,10 +53,11 @@ class WorktreeOps(RepoBase):
         buf = io.BytesIO()
         write_index_dict(buf, entries, version=2)
         raw = buf.getvalue()
-        atomic_write(self.git_dir / "index", raw + hashlib.sha1(raw).digest(), fsync=False)
+        swap_write(self.git_dir / "index", raw + hashlib.sha1(raw).digest(),
+                   self.git_dir / f"{SPARE_PREFIX}index")
         faults.hit("checkout.index")
         stamp = layout.format_stamp(commit, ids.get(STATE_FILE, ""), ids.get(SCHEMA_FILE))
-        atomic_write(self.git_dir / STAMP_FILE, stamp, fsync=False)
+        swap_write(self.git_dir / STAMP_FILE, stamp, self.git_dir / f"{SPARE_PREFIX}stamp")
 
     def worktree_matches_stamp(self, commit: str) -> bool:
         """The cheap check (the render fast path's): the stamp names ``commit`` and the
