@@ -12,6 +12,7 @@ import errno
 import hashlib
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import safefile
@@ -100,7 +101,7 @@ def atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
         raise
 
 
-def _renameat2() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+def _renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
     """glibc's renameat2 (2.28 and later), or None (another libc, another system)."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
@@ -110,7 +111,8 @@ def _renameat2() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
     func.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
                      ctypes.c_uint]
     func.restype = ctypes.c_int
-    return func
+    renameat2: Callable[[int, bytes, int, bytes, int], int] = func
+    return renameat2
 
 
 _RENAMEAT2 = _renameat2()
