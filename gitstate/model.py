@@ -135,18 +135,31 @@ class _Record:
 class Entry(_Record):
     """One key's current value and where it came from."""
 
-    __slots__ = ("actor", "expires_at", "reason", "set_at", "value")
+    __slots__ = ("_pretty", "actor", "expires_at", "reason", "set_at", "value")
     field_names = ("value", "set_at", "reason", "actor", "expires_at")
     value: Scalar
     set_at: str
     reason: str
     actor: str
     expires_at: str | None
+    _pretty: str | None
 
     def __init__(self, value: Scalar, set_at: str, reason: str, actor: str,
                  expires_at: str | None = None) -> None:
         self._init(value=value, set_at=set_at, reason=reason, actor=actor,
-                   expires_at=expires_at)
+                   expires_at=expires_at, _pretty=None)
+
+    def pretty(self) -> str:
+        """This entry as it appears in working_state.json (indented to its depth there).
+        Entries are immutable and an unchanged key keeps its Entry from write to write, so
+        each entry is serialized once, not on every write (the pretty form needs json's
+        pure-Python encoder)."""
+        text: str | None = self._pretty
+        if text is None:
+            text = json.dumps(self.to_dict(), ensure_ascii=False, indent=2,
+                              sort_keys=True).replace("\n", "\n    ")
+            object.__setattr__(self, "_pretty", text)
+        return text
 
     def is_expired(self, now: datetime) -> bool:
         return self.expires_at is not None and parse_time(self.expires_at) <= now
@@ -274,9 +287,20 @@ class State(_Record):
         }
 
     def to_bytes(self) -> bytes:
-        """Pretty, sorted, UTF-8 (CJK unescaped): a change diffs as a few readable lines."""
-        text = json.dumps(self.to_dict(), ensure_ascii=False, indent=2, sort_keys=True)
-        return (text + "\n").encode("utf-8")
+        """Pretty, sorted, UTF-8 (CJK unescaped): a change diffs as a few readable lines.
+        Byte for byte ``json.dumps(self.to_dict(), ensure_ascii=False, indent=2,
+        sort_keys=True)`` and a newline, assembled from each entry's cached form."""
+        handoff = "null" if self.handoff is None else json.dumps(
+            self.handoff.to_dict(), ensure_ascii=False, indent=2,
+            sort_keys=True).replace("\n", "\n  ")
+        if self.keys:
+            keys = "{\n" + ",\n".join(
+                f"    {json.dumps(k, ensure_ascii=False)}: {self.keys[k].pretty()}"
+                for k in sorted(self.keys)) + "\n  }"
+        else:
+            keys = "{}"
+        text = f'{{\n  "format": {FORMAT_VERSION},\n  "handoff": {handoff},\n  "keys": {keys}\n}}\n'
+        return text.encode("utf-8")
 
     @classmethod
     def from_bytes(cls, data: bytes) -> State:

@@ -91,3 +91,26 @@ def test_extreme_numbers_compare_without_blowing_up() -> None:
     assert canonical_text("1e99") == "1E+99" and values_match("1e99", 1e99)
     assert values_match(1e28, "10000000000000000000000000000")
     assert canonical_text(1.5e-10) == "0.00000000015"
+
+
+_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20)
+_ENTRIES = st.builds(Entry, st.one_of(st.integers(), st.floats(allow_nan=False,
+                                                              allow_infinity=False),
+                                      _TEXT, st.booleans()),
+                     st.just("2026-08-13T01:00:00Z"), _TEXT, _TEXT,
+                     st.one_of(st.none(), st.just("2026-08-14T01:00:00Z")))
+_HANDOFFS = st.one_of(st.none(), st.builds(
+    Handoff, _TEXT, st.just("2026-08-13T01:00:00Z"), _TEXT,
+    st.sampled_from([None, "continue", "blocked"]), st.one_of(st.none(), _TEXT)))
+
+
+@given(st.dictionaries(_TEXT, _ENTRIES, max_size=6), _HANDOFFS)
+def test_to_bytes_is_exactly_the_pretty_json(keys: dict[str, Entry],
+                                             handoff: Handoff | None) -> None:
+    """The file assembled from cached entries is byte for byte json.dumps' pretty form
+    (keys with quotes, newlines and CJK included), and reads back as the same state."""
+    state = State(keys, handoff)
+    reference = json.dumps(state.to_dict(), ensure_ascii=False, indent=2, sort_keys=True)
+    assert state.to_bytes() == (reference + "\n").encode("utf-8")
+    assert state.to_bytes() == state.to_bytes()  # the cached form is the same again
+    assert State.from_bytes(state.to_bytes()) == state

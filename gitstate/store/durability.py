@@ -29,6 +29,7 @@ from pathlib import Path
 EXT4_MAGIC = 0xEF53
 XFS_MAGIC = 0x58465342
 _SYNC_FILE_RANGE = 1 | 2 | 4  # WAIT_BEFORE | WRITE | WAIT_AFTER
+_START = 2  # WRITE: start the writeback, do not wait
 
 _libc: ctypes.CDLL | None = None
 
@@ -39,6 +40,11 @@ class Flush:
     directory after the ref's rename (both modes fsync it: it is the commit point)."""
 
     mode = "strict"
+
+    def start(self, fd: int) -> None:
+        """Start pushing ``fd``'s data out without waiting, so that the writeback of the
+        next file overlaps it; ``data`` waits. (fsync waits for all of it anyway.)"""
+        sync_file_range(fd, _START)
 
     def data(self, fd: int) -> None:
         os.fsync(fd)
@@ -144,11 +150,12 @@ def _ext4_journaled(path: Path) -> bool:
     return True
 
 
-def sync_file_range(fd: int) -> None:
-    """Push ``fd``'s dirty data to the device and wait for it (not its metadata)."""
+def sync_file_range(fd: int, flags: int = _SYNC_FILE_RANGE) -> None:
+    """Push ``fd``'s dirty data to the device and wait for it (not its metadata); with
+    ``_START``, only start pushing it."""
     libc = _load_libc()
     if libc.sync_file_range(fd, ctypes.c_int64(0), ctypes.c_int64(0),
-                            ctypes.c_uint(_SYNC_FILE_RANGE)) != 0:
+                            ctypes.c_uint(flags)) != 0 and flags != _START:
         os.fdatasync(fd)  # not supported here: the portable, stronger call
 
 

@@ -51,10 +51,23 @@ def write(pack_dir: Path, name: str, pack: bytes, index: bytes, flush: Flush,
     created = not pack_dir.is_dir()
     if created:
         pack_dir.mkdir(parents=True, exist_ok=True)
-    tmp_pack = _tmp_file(pack_dir, "tmp_pack_", pack, flush)
-    faults.hit(f"{phase}.tmp_pack")
-    tmp_idx = _tmp_file(pack_dir, "tmp_idx_", index, flush)
-    faults.hit(f"{phase}.tmp_idx")
+    # both files written and their writeback started before waiting for either
+    made: list[tuple[Path, int]] = []
+    try:
+        made.append(_tmp_file(pack_dir, "tmp_pack_", pack, flush))
+        made.append(_tmp_file(pack_dir, "tmp_idx_", index, flush))
+        for (_path, fd), point in zip(made, ("tmp_pack", "tmp_idx"), strict=True):
+            flush.data(fd)
+            faults.hit(f"{phase}.{point}")
+    except BaseException:
+        for path, _fd in made:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        raise
+    finally:
+        for _path, fd in made:
+            os.close(fd)
+    (tmp_pack, _), (tmp_idx, _) = made
     os.replace(tmp_pack, pack_dir / f"{name}.pack")
     faults.hit(f"{phase}.pack_renamed")
     os.replace(tmp_idx, pack_dir / f"{name}.idx")
@@ -64,21 +77,21 @@ def write(pack_dir: Path, name: str, pack: bytes, index: bytes, flush: Flush,
         flush.directory(pack_dir.parent)
 
 
-def _tmp_file(directory: Path, prefix: str, data: bytes, flush: Flush) -> Path:
+def _tmp_file(directory: Path, prefix: str, data: bytes, flush: Flush) -> tuple[Path, int]:
+    """A new temporary file holding ``data``, its writeback started; (path, open fd)."""
     path = directory / f"{prefix}{os.getpid()}_{os.urandom(6).hex()}"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        flush.data(fd)
+        flush.start(fd)
     except BaseException:
         os.close(fd)
         with contextlib.suppress(OSError):
             path.unlink()
         raise
-    os.close(fd)
-    return path
+    return path, fd
 
 
 ORPHAN_SECONDS = 60  # a .pack waits for its .idx for microseconds; older ones were abandoned
