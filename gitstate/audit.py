@@ -22,6 +22,8 @@ from .model import HISTORY_FILE, STATE_FILE, Handoff, State, format_time, parse_
 from .projection import ChangeRecord, Mark, record
 from .replay import ReplayError, apply_change
 from .trailers import NotAGitstateCommit, parse_message
+from .values import changes as value_changes
+from .values import is_structured
 
 if TYPE_CHECKING:
     from .repo import StateRepo
@@ -159,6 +161,11 @@ def diff_states(a: State, b: State) -> StateDiff:
         elif old is not None and new is not None:
             if type(old.value) is not type(new.value) or old.value != new.value:
                 out.changed[key] = {"old": old.to_dict(), "new": new.to_dict()}
+                if is_structured(old.value) or is_structured(new.value):
+                    # name what changed inside: facts.window_ok, plan[2].done ...
+                    out.changed[key]["elements"] = [
+                        {"path": path, "old": o, "new": n}
+                        for path, o, n in value_changes(old.value, new.value, key)]
             elif old.expires_at != new.expires_at:
                 out.expiry_changed[key] = {"old": old.expires_at, "new": new.expires_at}
     if a.handoff != b.handoff:

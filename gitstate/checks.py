@@ -22,7 +22,7 @@ from .errors import (
     KeyCapReached,
     SectionTooLarge,
 )
-from .model import Entry, Scalar, State, values_match
+from .model import Entry, State, Value, display_value, values_match
 from .render import section_chars, section_chars_bound, section_key_bytes
 
 if TYPE_CHECKING:
@@ -101,7 +101,12 @@ def _injection(before: State, after: State, now: datetime, config: Config,
         size=size, limit=limit)
 
 
-def expected(key: str, old: Entry | None, wanted: Scalar | None, now: datetime) -> None:
+def _shown(value: Value) -> str:
+    """A value in a message: text quoted (so " 262" and 262 differ), a structure as JSON."""
+    return display_value(value) if isinstance(value, list | dict) else repr(value)
+
+
+def expected(key: str, old: Entry | None, wanted: Value | None, now: datetime) -> None:
     """Compare-and-swap against HEAD: ``wanted`` None means "must be absent" (an expired
     entry counts as absent); a value must match the stored one (docs/design.md, "How
     values compare")."""
@@ -110,9 +115,9 @@ def expected(key: str, old: Entry | None, wanted: Scalar | None, now: datetime) 
         old is not None and values_match(wanted, old.value)
     if ok:
         return
-    shown = "absent" if old is None else repr(old.value)
+    shown = "absent" if old is None else _shown(old.value)
     raise CasMismatch(
-        f"expected {key} to be {'absent' if wanted is None else repr(wanted)}, but HEAD holds "
+        f"expected {key} to be {'absent' if wanted is None else _shown(wanted)}, but HEAD holds "
         f"{shown}" + (f" (set {old.set_at} by {old.actor}: {old.reason})" if old else "")
         + ". Nothing was written; re-read the value and decide again.",
         key=key, expected=wanted,

@@ -64,8 +64,11 @@ Conventions:
   meanwhile, the write is refused and the current value is returned.
 - Before wrapping up any run, leave a handoff with working_state_handoff."""
 
-Scalar = Annotated[str | int | float | bool,
-                   Field(description="A JSON scalar: string, number or boolean.")]
+JsonValue = str | int | float | bool | list[Any] | dict[str, Any]
+Scalar = Annotated[JsonValue, Field(
+    description="A string, number or boolean; or an array or object (a structured value, "
+    "within gitstate's limits: depth 8, 256 elements, 4 KiB as JSON; object keys of A-Z a-z "
+    "0-9 _ . -).")]
 RequestId = Annotated[str | None, Field(
     max_length=128, description="Idempotency key: a retry with the same id and arguments "
     "returns the first result and makes no second commit.")]
@@ -163,8 +166,9 @@ def build_server(agent_dir: str | Path) -> MCPServer:
         ttl_hours: Annotated[float | None, Field(gt=0, le=8784, description="Expire after this "
                                                  "many hours (stays readable, no longer "
                                                  "injected).")] = None,
-        expected_value: Annotated[str | int | float | bool | None, Field(
-            description="Compare-and-swap: refuse unless the key currently holds this.")] = None,
+        expected_value: Annotated[JsonValue | None, Field(
+            description="Compare-and-swap: refuse unless the key currently holds this (a "
+            "structure compares by structure: object key order never matters).")] = None,
         expect_absent: Annotated[bool, Field(
             description="Compare-and-swap: refuse unless the key is absent.")] = False,
         request_id: RequestId = None,
@@ -182,7 +186,7 @@ def build_server(agent_dir: str | Path) -> MCPServer:
         key: Annotated[str, Field(max_length=128, description="The key to retire.")],
         reason: Annotated[str, Field(max_length=4000, description="Why; becomes the commit "
                                      "message.")],
-        expected_value: Annotated[str | int | float | bool | None, Field(
+        expected_value: Annotated[JsonValue | None, Field(
             description="Compare-and-swap: refuse unless the key currently holds this.")] = None,
         request_id: RequestId = None,
     ) -> Annotated[CallToolResult, WriteOut]:

@@ -21,6 +21,11 @@ if TYPE_CHECKING:  # typing, dataclasses and decimal are kept off the wake-up pa
     from typing import Any
 
 Scalar = str | int | float | bool
+# a scalar, or a JSON array or object of values (gitstate/values.py: limits and comparison)
+if TYPE_CHECKING:
+    Value = str | int | float | bool | list[Any] | dict[str, Any]
+else:  # the same, evaluable at run time without importing typing (get_type_hints reads it)
+    Value = str | int | float | bool | list | dict
 FORMAT_VERSION = 1
 
 HANDOFF_STATUSES = ("continue", "complete", "blocked")
@@ -51,15 +56,22 @@ def parse_time(text: str) -> datetime:
     return moment
 
 
-def canonical_text(value: Scalar) -> str:
+def canonical_text(value: Value | None) -> str:
     """The comparison form of a value (see docs/design.md, "How values compare").
 
     Booleans are ``true``/``false``; numbers, and strings that read as a finite decimal
     number, become their normalized decimal (262, 262.0 and "262" are all ``262``);
-    any other string is itself.
+    any other string is itself. An array or object compares by structure: its canonical
+    JSON, each scalar inside in this form, object members in any order (values.canonical).
     """
     from decimal import Decimal, InvalidOperation
 
+    if isinstance(value, list | dict):
+        from .values import canonical
+
+        return canonical(value, canonical_text)
+    if value is None:  # only inside a structure
+        return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
@@ -91,13 +103,21 @@ def _decimal_text(number: Decimal) -> str:
     return format(normal, "f")
 
 
-def values_match(expected: Scalar, current: Scalar) -> bool:
-    """Whether a caller's ``expected_value`` matches the stored value."""
+def values_match(expected: Value, current: Value) -> bool:
+    """Whether a caller's ``expected_value`` matches the stored value (a structure matches
+    only a structure of the same shape)."""
+    if isinstance(expected, list | dict) != isinstance(current, list | dict):
+        return False
     return canonical_text(expected) == canonical_text(current)
 
 
-def display_value(value: Scalar) -> str:
-    """How a value is shown in the rendered section and in text output."""
+def display_value(value: Value) -> str:
+    """How a value is shown in the rendered section and in text output: a structure as
+    its compact one-line JSON."""
+    if isinstance(value, list | dict):
+        from .values import compact
+
+        return compact(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
@@ -137,14 +157,21 @@ class Entry(_Record):
 
     __slots__ = ("_pretty", "actor", "expires_at", "reason", "set_at", "value")
     field_names = ("value", "set_at", "reason", "actor", "expires_at")
-    value: Scalar
+    value: Value
     set_at: str
     reason: str
     actor: str
     expires_at: str | None
     _pretty: str | None
 
-    def __init__(self, value: Scalar, set_at: str, reason: str, actor: str,
+    def __hash__(self) -> int:  # a structured value is a list or dict: hash its JSON
+        value = self.value
+        if isinstance(value, list | dict):
+            value = display_value(value)
+        return hash((type(self.value), value, self.set_at, self.reason, self.actor,
+                     self.expires_at))
+
+    def __init__(self, value: Value, set_at: str, reason: str, actor: str,
                  expires_at: str | None = None) -> None:
         self._init(value=value, set_at=set_at, reason=reason, actor=actor,
                    expires_at=expires_at, _pretty=None)
@@ -179,10 +206,14 @@ class Entry(_Record):
         if not isinstance(data, dict):
             raise ValueError("an entry must be an object")
         value = data.get("value")
-        if not isinstance(value, str | int | float) or (
+        if isinstance(value, list | dict):
+            from .values import check
+
+            value = check(value, "value", _stored_leaf)
+        elif not isinstance(value, str | int | float) or (
             isinstance(value, float) and not math.isfinite(value)
         ):
-            raise ValueError("entry value must be a JSON scalar")
+            raise ValueError("entry value must be a JSON scalar, array or object")
         set_at, reason = data.get("set_at", ""), data.get("reason")
         actor, expires = data.get("actor", ""), data.get("expires_at")
         if not isinstance(reason, str) or not isinstance(actor, str):
@@ -192,6 +223,15 @@ class Entry(_Record):
             parse_time(expires)
         return cls(value=value, set_at=set_at, reason=reason, actor=actor,
                    expires_at=expires)
+
+
+def _stored_leaf(value: object, path: str) -> object:
+    """A scalar inside a stored structure: its type only (rules.check_value checked the
+    text when it was written; a file from elsewhere goes through foreign.py's checks)."""
+    if value is None or isinstance(value, str | int | bool) or (
+            isinstance(value, float) and math.isfinite(value)):
+        return value
+    raise ValueError(f"{path}: not a JSON value")
 
 
 class Handoff(_Record):

@@ -20,7 +20,7 @@ from typing import Any, Final, Literal
 from . import checks, rules
 from .errors import InvalidInput, Refused
 from .layout import SCHEMA_FILE
-from .model import Entry, Handoff, Scalar, State, format_time
+from .model import Entry, Handoff, State, Value, format_time
 from .results import WriteResult
 from .schema import Schema
 from .trailers import Change
@@ -38,8 +38,8 @@ class Unset(enum.Enum):
 UNSET: Final = Unset.UNSET
 """Default of ``expected``: no compare-and-swap. ``expected=None`` means "must be absent"."""
 
-Expected = Scalar | None | Literal[Unset.UNSET]
-Observation = Callable[[State, dict[str, Any]], Mapping[str, Scalar | None]]
+Expected = Value | None | Literal[Unset.UNSET]
+Observation = Callable[[State, dict[str, Any]], Mapping[str, Value | None]]
 """A runtime function: (state at HEAD, payload) -> key updates (None clears the key)."""
 
 
@@ -68,7 +68,7 @@ class Plan:
     schema_changed: bool = False
 
 
-def plan_set(base: Base, writer: str, *, key: str, value: Scalar, reason: str,
+def plan_set(base: Base, writer: str, *, key: str, value: Value, reason: str,
              ttl: float | None, expected: Expected, actor: str) -> Plan:
     schema, now = base.schema, base.now
     stored = schema.check_write(key, value, writer) if schema else value
@@ -119,7 +119,7 @@ def handoff_reason(checked: rules.HandoffInput) -> str:
 
 
 def plan_observe(base: Base, writer: str, *, kind: str,
-                 updates: Mapping[str, Scalar | None], reason: str, actor: str) -> Plan:
+                 updates: Mapping[str, Value | None], reason: str, actor: str) -> Plan:
     """A runtime observation's key updates as one change (the model never sets a phase)."""
     schema, now = base.schema, base.now
     state = base.state
@@ -132,7 +132,7 @@ def plan_observe(base: Base, writer: str, *, kind: str,
             state = state.with_key(key, None)
             changes[key] = None
             continue
-        value = rules.check_value(value)
+        value = rules.check_value(value, key)
         stored = schema.check_write(key, value, writer) if schema else value
         ttl = schema.default_ttl(key) if schema else None
         expires = format_time(now + timedelta(hours=ttl)) if ttl else None

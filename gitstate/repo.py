@@ -23,7 +23,7 @@ from .engine import WriteEngine, identity, tz_offset
 from .errors import InvalidInput, NotInitialized, StoreError, UsageError
 from .layout import STATE_DIR, STATE_FILE
 from .maintree import MainTree
-from .model import EMPTY, Scalar, State, format_time
+from .model import EMPTY, State, Value, format_time
 from .planners import UNSET, Base, Expected, Observation, Plan
 from .projection import ChangeRecord, Projection
 from .reader import StateReader
@@ -267,17 +267,17 @@ class StateRepo:
 
     # -- writing --------------------------------------------------------------------------
 
-    def set(self, key: str, value: Scalar, reason: str, *, ttl_hours: float | None = None,
+    def set(self, key: str, value: Value, reason: str, *, ttl_hours: float | None = None,
             expected: Expected = UNSET, actor: str | None = None,
             request_id: str | None = None) -> WriteResult:
         """Set one key. ``expected`` (a value, or None for "absent") is checked against HEAD.
         A retried ``request_id`` returns the first result without a second commit."""
         key = rules.check_key(key)
-        value = rules.check_value(value)
+        value = rules.check_value(value, key)
         reason = rules.check_reason(reason)
         ttl = rules.check_ttl(ttl_hours)
         if expected is not UNSET and expected is not None:
-            expected = rules.check_value(expected)
+            expected = rules.check_value(expected, f"expected {key}")
         who = rules.check_actor(actor or self.actor)
         request = requests.fingerprint(request_id, "set", key, value, reason, ttl,
                                        None if expected is UNSET else ["expected", expected])
@@ -291,7 +291,7 @@ class StateRepo:
         key = rules.check_key(key)
         reason = rules.check_reason(reason)
         if expected is not UNSET and expected is not None:
-            expected = rules.check_value(expected)
+            expected = rules.check_value(expected, f"expected {key}")
         who = rules.check_actor(actor or self.actor)
         request = requests.fingerprint(request_id, "clear", key, reason,
                                        None if expected is UNSET else ["expected", expected])

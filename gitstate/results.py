@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import GitStateError
-from .model import Entry, Handoff, Scalar
+from .model import Entry, Handoff, Value
 from .projection import ChangeRecord
 
 
@@ -33,7 +33,7 @@ def doc(text: str) -> dict[str, str]:
 class KeyState:
     """One key as read at a moment: its entry, and whether it has expired then."""
 
-    value: Scalar
+    value: Value
     set_at: str = field(metadata=doc("When it was set (UTC ISO 8601)."))
     reason: str = field(metadata=doc("Why it was set: the commit message."))
     actor: str = field(metadata=doc("Who set it."))
@@ -54,7 +54,7 @@ class Overridden:
 
     key: str | None = field(metadata=doc("The key, or null for the handoff."))
     current: dict[str, Any] | None = field(metadata=doc("What it held before the revert."))
-    reverted_value: Scalar | None = None
+    reverted_value: Value | None = None
     handoff: bool = False
 
 
@@ -170,7 +170,7 @@ class Refusal:
     message: str = field(metadata=doc("What happened and what to do."))
     current: dict[str, Any] | None = field(default=None, metadata=doc(
         "(cas.mismatch) The key's current entry in HEAD: value, reason, set time."))
-    expected: Scalar | None = field(default=None, metadata=doc(
+    expected: Value | None = field(default=None, metadata=doc(
         "(cas.mismatch) The value the call expected."))
     live_key_names: list[str] | None = field(default=None, metadata=doc(
         "(keys.cap) The live keys; clear one of them first."))

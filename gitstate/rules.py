@@ -12,9 +12,11 @@ import re
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
+from . import values
 from .errors import HandoffTooLarge, InvalidInput
-from .model import HANDOFF_STATUSES, Scalar
+from .model import HANDOFF_STATUSES, Scalar, Value
 
 KEY_MAX = 128
 VALUE_MAX_CHARS = 1000
@@ -133,8 +135,30 @@ def check_twin(key: str, existing: Iterable[str]) -> None:
                                existing=other)
 
 
-def check_value(value: object) -> Scalar:
-    """A value is a JSON scalar: one line of text, a finite number or a boolean."""
+def check_value(value: object, key: str | None = None) -> Value:
+    """A value is a JSON scalar (one line of text, a finite number or a boolean), or an array
+    or object of values within the limits of gitstate/values.py, each string inside under
+    the same rules as a scalar (an empty string or null is allowed inside). An error names
+    the path of the offending element (``facts.window_ok``), from ``key`` when given."""
+    if isinstance(value, list | dict):
+        try:
+            return cast("Value", values.check(value, key or "value", _leaf))
+        except values.ShapeError as exc:
+            raise InvalidInput(f"value {exc}" if key is None else str(exc), rule=exc.rule,
+                               path=exc.path) from None
+    return _scalar(value)
+
+
+def _leaf(value: object, path: str) -> object:
+    if value is None or value == "":
+        return value
+    try:
+        return _scalar(value)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{path}: {exc.message}", rule=exc.rule, path=path) from None
+
+
+def _scalar(value: object) -> Scalar:
     if isinstance(value, bool):
         return value
     if isinstance(value, int):
@@ -157,8 +181,8 @@ def check_value(value: object) -> Scalar:
         _check_text(value, "value", allow_newlines=False)
         return value
     raise InvalidInput(
-        f"value must be a string, number or boolean, not {type(value).__name__}",
-        rule="value.type",
+        f"value must be a string, number, boolean, array or object, not "
+        f"{type(value).__name__}", rule="value.type",
     )
 
 

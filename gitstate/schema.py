@@ -25,17 +25,19 @@ from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any
 
-from . import layout
+from . import layout, shapes
 from .errors import InvalidInput
-from .model import Scalar, State
+from .model import Scalar, State, Value
 
 SCHEMA_FILE = layout.SCHEMA_FILE
 MAX_SCHEMA_BYTES = layout.SCHEMA_MAX_BYTES
-TYPES = ("string", "integer", "number", "boolean", "enum", "percent")
+TYPES = ("string", "integer", "number", "boolean", "enum", "percent", *shapes.STRUCTURED)
 WRITERS = ("agent", "runtime", "human")
 _PERCENT = re.compile(r"(-?[0-9]+(?:\.[0-9]+)?)%")
 _KEY_FIELDS = {"type", "description", "values", "min", "max", "gt", "lt", "pattern",
-               "min_length", "max_length", "nullable", "ttl_hours", "writers", "coerce"}
+               "min_length", "max_length", "nullable", "ttl_hours", "writers", "coerce",
+               "items", "min_items", "max_items", "unique", "fields", "open"}
+_SHAPE_ONLY = {"items", "min_items", "max_items", "unique", "fields", "open"}
 
 
 class SchemaError(InvalidInput):
@@ -63,13 +65,15 @@ class KeySpec:
     ttl_hours: float | None = None
     writers: tuple[str, ...] = WRITERS
     coerce: bool = False
+    shape: shapes.Shape | None = None  # list, object and json keys
 
     def matches(self, key: str) -> bool:
         return fnmatchcase(key, self.name) if "*" in self.name else key == self.name
 
     def summary(self) -> str:
         """One line for tool descriptions and `schema show`."""
-        kind = ("one of " + " | ".join(self.values)) if self.type == "enum" else self.type
+        kind = ("one of " + " | ".join(self.values)) if self.type == "enum" else (
+            self.shape.summary() if self.shape is not None else self.type)
         bounds = [f"{op} {v:g}" for op, v in ((">=", self.min), ("<=", self.max),
                                               (">", self.gt), ("<", self.lt)) if v is not None]
         parts = [f"{self.name}: {kind}" + (f" ({', '.join(bounds)})" if bounds else "")]
@@ -99,7 +103,7 @@ class Schema:
 
     # -- validation ---------------------------------------------------------------------
 
-    def check_write(self, key: str, value: Scalar, writer: str | None) -> Scalar:
+    def check_write(self, key: str, value: Value, writer: str | None) -> Value:
         """Validate one set; returns the value to store (coerced only where allowed).
         ``writer`` None checks the value only (a commit that arrived from elsewhere)."""
         spec = self.spec(key)
@@ -176,9 +180,15 @@ class Schema:
                 "tools": {k: list(v) for k, v in self.tools.items()}}
 
 
-def check_value(spec: KeySpec, key: str, value: Scalar) -> Scalar:
+def check_value(spec: KeySpec, key: str, value: Value) -> Value:
     """Check a value against one declaration; never coerce unless ``coerce: true``."""
     t = spec.type
+    if spec.shape is not None:
+        shapes.check(spec.shape, value, key, key)
+        return value
+    if isinstance(value, list | dict):
+        raise InvalidInput(f"{key} must be a {t} (schema type {t}); got a structure",
+                           rule="schema.type", key=key, expected=t)
 
     def fail(what: str) -> InvalidInput:
         return InvalidInput(f"{key} must be {what} (schema type {t}); got {value!r}",
@@ -359,7 +369,18 @@ def _spec(name: str, decl: Any) -> KeySpec:
         numbers[bound] = float(v) if v is not None else None
     if numbers["ttl_hours"] is not None and numbers["ttl_hours"] <= 0:
         raise SchemaError(f"{name}: ttl_hours must be > 0")
+    shape = None
+    if kind in shapes.STRUCTURED:
+        try:
+            shape = shapes.parse(name, {k: v for k, v in decl.items()
+                                        if k in _SHAPE_ONLY or k in ("type", "values")})
+        except shapes.DeclarationError as exc:
+            raise SchemaError(str(exc)) from None
+    elif set(decl) & _SHAPE_ONLY:
+        raise SchemaError(f"{name}: {', '.join(sorted(set(decl) & _SHAPE_ONLY))} apply to "
+                          "list and object keys only")
     return KeySpec(
+        shape=shape,
         name=name, type=str(kind), description=str(decl.get("description") or ""),
         values=values, min=numbers["min"], max=numbers["max"], gt=numbers["gt"],
         lt=numbers["lt"], pattern=str(pattern) if pattern is not None else None,

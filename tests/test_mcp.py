@@ -135,7 +135,8 @@ async def test_bad_arguments_and_unexpected_failures_keep_the_server_up(agent: P
     """Wrong types, missing arguments and an internal failure are errors; the server lives."""
     async with connect(agent) as client:
         for args in ({"key": "k"}, {"key": 1, "value": 1, "reason": "r"},
-                     {"key": "k", "value": [1], "reason": "r"},
+                     {"key": "k", "value": {"a b": 1}, "reason": "r"},
+                     {"key": "k", "value": [[[[[[[[[1]]]]]]]]], "reason": "r"},
                      {"key": "k", "value": 1, "reason": "r", "ttl_hours": -1}):
             result = await client.call_tool("working_state_set", args)
             assert result.is_error, args

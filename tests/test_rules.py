@@ -54,8 +54,16 @@ def test_good_keys_pass(key: str) -> None:
         (float("inf"), "value.range"),
         (2**60, "value.range"),
         (None, "value.type"),
-        ([1], "value.type"),
-        ({"a": 1}, "value.type"),
+        ([object()], "value.type"),
+        ({"a": {1, 2}}, "value.type"),
+        ({"a b": 1}, "value.object_key"),
+        ({"": 1}, "value.object_key"),
+        ([[[[[[[[[1]]]]]]]]], "value.depth"),
+        (list(range(257)), "value.size"),
+        (["x" * 1000] * 5, "value.too_long"),
+        ({"a": "x\u202ey"}, "value.invisible"),
+        ({"a": "line\nbreak"}, "value.control"),
+        ([float("nan")], "value.range"),
     ],
 )
 def test_bad_values_are_refused(value: object, rule: str) -> None:

@@ -83,8 +83,14 @@ def _diff_lines(d: dict[str, Any]) -> list[str]:
     for key, e in d["removed"].items():
         out.append(f"- {key} (was {value_text(e['value'])})")
     for key, c in d["changed"].items():
+        reason = c['new']['reason'].splitlines()[0]
+        if "elements" in c:  # a structured value: each element that changed, by its path
+            out.append(f"~ {key}: {len(c['elements'])} element(s) changed  ({reason})")
+            out += [f"    {e['path']}: {value_text(e['old'])} -> {value_text(e['new'])}"
+                    for e in c["elements"]]
+            continue
         out.append(f"~ {key}: {value_text(c['old']['value'])} -> {value_text(c['new']['value'])}  "
-                   f"({c['new']['reason'].splitlines()[0]})")
+                   f"({reason})")
     for key, c in d["expiry_changed"].items():
         out.append(f"~ {key}: expiry {c['old'] or 'none'} -> {c['new'] or 'none'}")
     if d["handoff"]:

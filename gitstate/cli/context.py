@@ -10,13 +10,13 @@ import re
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
 from .. import textsafe
 from ..errors import UsageError
-from ..model import Scalar, display_value, parse_time
+from ..model import Scalar, Value, display_value, parse_time
 
 if TYPE_CHECKING:
     from ..repo import StateRepo
@@ -54,6 +54,38 @@ def parse_value(text: str, as_string: bool = False) -> Scalar:
     if match:
         return float(text) if match.group(2) else int(text)
     return text
+
+
+def parse_json_value(text: str, option: str) -> Value:
+    """A value given as JSON on the command line. Refused: malformed JSON (naming where),
+    NaN or Infinity, an object with the same key twice (which one would count?), null
+    (use `clear`). The value's own limits are checked by the write."""
+    import json
+
+    def no_twins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        names = [k for k, _ in pairs]
+        twins = sorted({k for k in names if names.count(k) > 1})
+        if twins:
+            raise UsageError(f"{option}: the object has the key {twins[0]!r} twice",
+                             rule="usage.json")
+        return dict(pairs)
+
+    def no_constant(name: str) -> Any:
+        raise UsageError(f"{option}: {name} is not a JSON number", rule="usage.json")
+
+    if len(text) > 1 << 20:
+        raise UsageError(f"{option}: over 1 MiB of JSON", rule="usage.json")
+    try:
+        value = json.loads(text, object_pairs_hook=no_twins, parse_constant=no_constant)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{option} is not valid JSON: {exc.msg} at line {exc.lineno} column "
+                         f"{exc.colno}", rule="usage.json") from None
+    except RecursionError:
+        raise UsageError(f"{option}: the JSON nests too deeply", rule="usage.json") from None
+    if value is None:
+        raise UsageError(f"{option}: null is not a value; use `gitstate clear` to retire a key",
+                         rule="usage.json")
+    return cast("Value", value)
 
 
 def parse_now(value: str | None, option: str = "--now") -> datetime | None:

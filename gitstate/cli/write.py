@@ -6,7 +6,16 @@ from __future__ import annotations
 import click
 
 from ..errors import Refused, UsageError
-from .context import Ctx, emit, finish, json_option, parse_value, value_text, warn
+from .context import (
+    Ctx,
+    emit,
+    finish,
+    json_option,
+    parse_json_value,
+    parse_value,
+    value_text,
+    warn,
+)
 
 
 @click.command()
@@ -24,35 +33,49 @@ def init(obj: Ctx, as_json: bool) -> None:
 
 @click.command("set")
 @click.argument("key")
-@click.argument("value")
+@click.argument("value", required=False)
 @click.option("--reason", "-r", required=True, help="Why: becomes the commit message.")
 @click.option("--ttl-hours", type=float, help="Expire after H hours (day-scoped rules).")
 @click.option("--expect", help="Compare-and-swap: refuse unless HEAD holds this value.")
 @click.option("--expect-absent", is_flag=True, help="Refuse unless the key is absent.")
 @click.option("--string", "as_string", is_flag=True,
               help="Store VALUE as text even if it looks like a number or boolean.")
+@click.option("--json-value", metavar="JSON",
+              help="The value as JSON instead of VALUE: an array or object (or a scalar).")
+@click.option("--expect-json", metavar="JSON",
+              help="Compare-and-swap against a JSON value; structures compare by structure "
+              "(object key order never matters).")
 @click.option("--request-id", help="Idempotency key: a retry with the same id and arguments "
               "returns the first result without a second commit.")
 @json_option
 @click.pass_obj
-def set_(obj: Ctx, key: str, value: str, reason: str, ttl_hours: float | None,
-         expect: str | None, expect_absent: bool, as_string: bool, request_id: str | None,
-         as_json: bool) -> None:
+def set_(obj: Ctx, key: str, value: str | None, reason: str, ttl_hours: float | None,
+         expect: str | None, expect_absent: bool, as_string: bool, json_value: str | None,
+         expect_json: str | None, request_id: str | None, as_json: bool) -> None:
     """Set KEY to VALUE, with a reason (one commit).
 
     \b
     gitstate set stop_loss.2317 262 --reason "break = exit" --ttl-hours 4.5
     gitstate set stop_loss.2317 257 --reason "review" --expect 262
+    gitstate set facts --json-value '{"window_ok": true}' --reason "checked"
     """
-    if expect is not None and expect_absent:
-        raise UsageError("--expect and --expect-absent exclude each other", rule="usage.expect")
+    if (value is None) == (json_value is None):
+        raise UsageError("give VALUE or --json-value JSON (one of them)", rule="usage.value")
+    if json_value is not None and as_string:
+        raise UsageError("--string applies to VALUE, not to --json-value", rule="usage.value")
+    if sum(x is not None and x is not False for x in (expect, expect_json, expect_absent)) > 1:
+        raise UsageError("--expect, --expect-json and --expect-absent exclude each other",
+                         rule="usage.expect")
     from ..planners import UNSET, Expected
 
     expected: Expected = None if expect_absent else (
-        parse_value(expect) if expect is not None else UNSET)
+        parse_value(expect) if expect is not None else
+        parse_json_value(expect_json, "--expect-json") if expect_json is not None else UNSET)
+    new = parse_json_value(json_value, "--json-value") if json_value is not None else \
+        parse_value(value or "", as_string)
     with obj.repo() as repo:
-        result = repo.set(key, parse_value(value, as_string), reason, ttl_hours=ttl_hours,
-                          expected=expected, request_id=request_id)
+        result = repo.set(key, new, reason, ttl_hours=ttl_hours, expected=expected,
+                          request_id=request_id)
         finish(result, as_json)
 
 
