@@ -161,7 +161,7 @@ def diff_states(a: State, b: State) -> StateDiff:
         elif old is not None and new is not None:
             if type(old.value) is not type(new.value) or old.value != new.value:
                 out.changed[key] = {"old": old.to_dict(), "new": new.to_dict()}
-                if is_structured(old.value) or is_structured(new.value):
+                if is_structured(old.value) and type(old.value) is type(new.value):
                     # name what changed inside: facts.window_ok, plan[2].done ...
                     out.changed[key]["elements"] = [
                         {"path": path, "old": o, "new": n}

@@ -150,15 +150,15 @@ def check_value(value: object, key: str | None = None) -> Value:
 
 
 def _leaf(value: object, path: str) -> object:
-    if value is None or value == "":
+    if value is None:
         return value
     try:
-        return _scalar(value)
+        return _scalar(value, blank_ok=True)
     except InvalidInput as exc:
         raise InvalidInput(f"{path}: {exc.message}", rule=exc.rule, path=path) from None
 
 
-def _scalar(value: object) -> Scalar:
+def _scalar(value: object, blank_ok: bool = False) -> Scalar:
     if isinstance(value, bool):
         return value
     if isinstance(value, int):
@@ -170,7 +170,7 @@ def _scalar(value: object) -> Scalar:
             raise InvalidInput("value must be a finite number", rule="value.range")
         return value
     if isinstance(value, str):
-        if not value.strip():
+        if not value.strip() and not blank_ok:
             raise InvalidInput("value must not be empty; use clear to retire a key",
                                rule="value.empty")
         if len(value) > VALUE_MAX_CHARS:

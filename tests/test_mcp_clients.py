@@ -300,3 +300,31 @@ def test_inspector_strict_lint_accepts_the_tool_schemas(node_modules: Path,
                           "tools/list"], capture_output=True, text=True, timeout=120,
                          check=False)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+def test_typescript_sdk_takes_structured_values(node_modules: Path, tmp_path: Path) -> None:
+    """Arrays and objects as `value` and `expected_value`: the TypeScript SDK validates every
+    result against the output schema, the structured compare-and-swap refusal (carrying the
+    expected structure and the current one) included."""
+    agent = tmp_path / "agent"
+    StateRepo.init(agent).close()
+    facts = {"window_ok": True, "sources": ["帳務", "風控"], "n": 262}
+    out = run_ts_client({**_server(agent), "calls": [
+        {"tool": "working_state_set", "arguments": {"key": "facts", "value": facts,
+                                                   "reason": "checked"}},
+        {"tool": "working_state_set", "arguments": {
+            "key": "facts", "value": {"window_ok": False}, "reason": "swap",
+            "expected_value": {"n": 262.0, "sources": ["帳務", "風控"], "window_ok": True}}},
+        {"tool": "working_state_set", "arguments": {
+            "key": "facts", "value": [1], "reason": "stale", "expected_value": facts}},
+        {"tool": "working_state_set", "arguments": {"key": "plan", "value": [[[[[[[[[1]]]]]]]]],
+                                                   "reason": "too deep"}},
+        {"tool": "working_state_get", "arguments": {}},
+    ]}, tmp_path)
+    first, swapped, stale, deep, got = out["results"]
+    _check(first, None, (), "set a structure")
+    _check(swapped, None, (), "structural compare-and-swap")
+    _check(stale, "cas.mismatch", ('{"window_ok":false}',), "stale structure")
+    assert stale["structuredContent"]["current"]["value"] == {"window_ok": False}
+    _check(deep, "value.depth", ("plan[0]",), "too deep")
+    assert got["structuredContent"]["keys"]["facts"]["value"] == {"window_ok": False}
