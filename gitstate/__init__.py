@@ -28,6 +28,7 @@ _EXPORTS = {
     "SyncStatus": "results", "SchemaReport": "results", "ChangeRecord": "projection",
     # the model and the configuration
     "Entry": "model", "Handoff": "model", "State": "model", "Scalar": "model",
+    "Value": "model", "Verdict": "approvals",
     "Config": "config", "load_config": "config",
     # the wake-up path and the auditor's views
     "section": "fastpath", "verify": "audit", "log": "audit", "blame": "audit",
@@ -76,6 +77,8 @@ __all__ = [  # the keys of _EXPORTS and the version (a test keeps the two in ste
     "SyncStatus",
     "Unset",
     "UsageError",
+    "Value",
+    "Verdict",
     "WriteResult",
     "__version__",
     "blame",
@@ -90,6 +93,7 @@ __all__ = [  # the keys of _EXPORTS and the version (a test keeps the two in ste
 ]
 
 if TYPE_CHECKING:
+    from .approvals import Verdict
     from .audit import Check, StateDiff, blame, diff_states, log, show, verify
     from .config import Config, load_config
     from .errors import (
@@ -109,7 +113,7 @@ if TYPE_CHECKING:
         UsageError,
     )
     from .fastpath import section
-    from .model import Entry, Handoff, Scalar, State
+    from .model import Entry, Handoff, Scalar, State, Value
     from .planners import UNSET, Expected, Observation, Unset
     from .projection import ChangeRecord
     from .repo import StateRepo

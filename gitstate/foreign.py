@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from . import checks, rules
+from . import approvals, checks, rules
 from .config import Config
 from .errors import GitStateError, InvalidInput
 from .layout import FILE_MODE, REQUIRED, SCHEMA_FILE, STATE_FILE, TREE_FILES
@@ -178,6 +178,11 @@ def _check_tree(store: GitStore, commit: str) -> dict[str, str]:
     return ids
 
 
+def _touches_approvals(change: Change) -> bool:
+    keys = (change.adopt or {}).get("keys") if isinstance(change.adopt, dict) else None
+    return isinstance(keys, dict) and any(approvals.is_approval_key(str(k)) for k in keys)
+
+
 def _check_change(change: Change, before: State, commit_time: int, config: Config) -> None:
     """The input rules a local write applies, on what the trailers say."""
     rules.check_reason(change.reason)
@@ -188,6 +193,7 @@ def _check_change(change: Change, before: State, commit_time: int, config: Confi
     if change.clock is not None:
         _time(change.clock, "Gitstate-Clock")
     op = change.op
+    step = dict(change.extra).get(approvals.TRAILER)
     if op in ("set", "clear"):
         key = rules.check_key(change.key)
         if op == "clear" and key not in before.keys:
@@ -195,8 +201,19 @@ def _check_change(change: Change, before: State, commit_time: int, config: Confi
         if op == "set":
             rules.check_value(change.new)
             _check_expiry(change.expires_at, commit_time)
+        if approvals.is_approval_key(key):  # only legal steps, never a plain set or clear
+            if op == "clear":
+                raise InvalidInput(f"clear of the approval record {key}",
+                                   rule="approval.reserved")
+            old = before.keys.get(key)
+            approvals.check_transition(key, old.value if old else None, change.new, step)
+        elif step is not None:
+            raise InvalidInput(f"a {approvals.TRAILER} step on {key}, which is not an "
+                               "approval record", rule="approval.invalid")
     elif op == "handoff" and change.handoff is not None:
         _check_handoff(change.handoff, config)
+    elif op in ("adopt", "observe") and _touches_approvals(change):
+        raise InvalidInput(f"an {op} that changes approval records", rule="approval.reserved")
     elif op in ("adopt", "observe"):
         _check_adopt(change.adopt, before, commit_time, config)
 

@@ -22,7 +22,7 @@ from .errors import InvalidInput, Refused
 from .layout import SCHEMA_FILE
 from .model import Entry, Handoff, State, Value, format_time
 from .results import WriteResult
-from .schema import Schema
+from .schema import APPROVAL_PREFIX, Schema
 from .trailers import Change
 
 
@@ -68,8 +68,17 @@ class Plan:
     schema_changed: bool = False
 
 
+def reserved(key: str) -> None:
+    """``approval.*`` keys change only through the approval planners (approvals.py): a set,
+    clear, observation or adopted hand edit of one would forge or erase a decision."""
+    if key.startswith(APPROVAL_PREFIX):
+        raise InvalidInput(f"{key} is an approval record; it changes only through request, "
+                           "approve, deny and consume", rule="approval.reserved", key=key)
+
+
 def plan_set(base: Base, writer: str, *, key: str, value: Value, reason: str,
              ttl: float | None, expected: Expected, actor: str) -> Plan:
+    reserved(key)
     schema, now = base.schema, base.now
     stored = schema.check_write(key, value, writer) if schema else value
     old = base.state.keys.get(key)
@@ -87,6 +96,7 @@ def plan_set(base: Base, writer: str, *, key: str, value: Value, reason: str,
 
 def plan_clear(base: Base, writer: str, *, key: str, reason: str, expected: Expected,
                actor: str) -> Plan:
+    reserved(key)
     if base.schema:
         base.schema.check_clear(key, writer)
     old = base.state.keys.get(key)
@@ -126,6 +136,7 @@ def plan_observe(base: Base, writer: str, *, kind: str,
     changes: dict[str, Any] = {}
     for key, value in sorted(updates.items()):
         rules.check_key(key)
+        reserved(key)
         if value is None:
             if schema:
                 schema.check_clear(key, writer)

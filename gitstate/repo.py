@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import locking, maintenance, planners, requests, rules
+from .approval_api import ApprovalMethods
 from .config import LOCALES, Config, load_config, resolve_tz
 from .engine import WriteEngine, identity, tz_offset
 from .errors import InvalidInput, NotInitialized, StoreError, UsageError
@@ -47,7 +48,7 @@ HISTORY_IN_GET = 20
 __all__ = ["HISTORY_IN_GET", "UNSET", "StateRepo"]
 
 
-class StateRepo:
+class StateRepo(ApprovalMethods):
     """One agent's working state: ``<agent_dir>/state`` plus ``<agent_dir>/config.toml``.
 
     ``writer`` is the schema's writer kind of every call through this object: ``agent``
@@ -173,10 +174,16 @@ class StateRepo:
         schema = self.schema_at(commit)
         return schema.allowed_tools(self.state_at(commit), self.now()) if schema else None
 
-    def can_run(self, tool: str) -> bool:
-        """Whether ``tool`` is legal now (always True without phases in the schema)."""
+    def can_run(self, tool: str, args: Any = None) -> bool:
+        """Whether ``tool`` is legal now: the current phase allows it (always, without
+        phases in the schema), and, for a tool schema.yaml's ``approvals`` names, an
+        approval of exactly ``args`` exists, unexpired and unconsumed."""
         allowed = self.allowed_tools()
-        return allowed is None or tool in allowed
+        if allowed is not None and tool not in allowed:
+            return False
+        if tool in self._policies():
+            return args is not None and self.approval_verdict(tool, args).ok
+        return True
 
     def check_schema(self, candidate: Schema | None = None) -> SchemaReport:
         """Violations of HEAD's schema (or of ``candidate``, before setting it): live ones

@@ -13,7 +13,7 @@ from . import rules
 from .config import Config
 from .errors import InvalidInput, Refused
 from .model import Entry, Handoff, State, format_time, parse_time
-from .planners import Base, Plan
+from .planners import Base, Plan, reserved
 from .results import Overridden, WriteResult
 from .trailers import Change, NotAGitstateCommit, parse_message
 
@@ -52,6 +52,7 @@ def plan_revert(base: Base, info: CommitInfo, before: State, after: State, *, re
         old, new = before.keys.get(key), after.keys.get(key)
         if _same(old, new):
             continue
+        reserved(key)  # an approval's step is never undone (a revert of consume would re-arm it)
         cur = current.keys.get(key)
         if not _same(cur, new):
             conflicts.append({"key": key, "reverted_value": new.value if new else None,
@@ -121,6 +122,8 @@ def plan_adopt(base: Base, edited: bytes, config: Config, *, reason: str, actor:
     touched: dict[str, Entry | None] = {}
     for key in sorted(current.keys.keys() | wanted.keys.keys()):
         old, new = current.keys.get(key), wanted.keys.get(key)
+        if old != new:
+            reserved(key)  # a hand edit never forges or erases an approval
         if new is None:
             if old is not None:
                 touched[key] = None

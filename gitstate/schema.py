@@ -85,12 +85,26 @@ class KeySpec:
 
 
 @dataclass(frozen=True)
+class ApprovalPolicy:
+    """A tool that runs only with a human's approval of its exact arguments
+    (gitstate/approvals.py): who may decide, and how long an approval lasts."""
+
+    tool: str
+    writers: tuple[str, ...] = ("human",)
+    ttl_hours: float | None = None
+
+
+APPROVAL_PREFIX = "approval."  # keys written only through gitstate/approvals.py
+
+
+@dataclass(frozen=True)
 class Schema:
     version: int
     keys: tuple[KeySpec, ...]
     unknown_keys: str = "reject"
     phase_key: str | None = None
     tools: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    approvals: dict[str, ApprovalPolicy] = field(default_factory=dict)
 
     def spec(self, key: str) -> KeySpec | None:
         """The exact declaration wins over a pattern; among patterns, the longest."""
@@ -106,6 +120,8 @@ class Schema:
     def check_write(self, key: str, value: Value, writer: str | None) -> Value:
         """Validate one set; returns the value to store (coerced only where allowed).
         ``writer`` None checks the value only (a commit that arrived from elsewhere)."""
+        if key.startswith(APPROVAL_PREFIX):
+            return value  # the approval planners own these keys and their shape
         spec = self.spec(key)
         if spec is None:
             if self.unknown_keys == "reject":
@@ -119,6 +135,8 @@ class Schema:
         return check_value(spec, key, value)
 
     def check_clear(self, key: str, writer: str) -> None:
+        if key.startswith(APPROVAL_PREFIX):
+            return
         spec = self.spec(key)
         if spec is None:
             return
@@ -137,7 +155,7 @@ class Schema:
         """What in ``state`` this schema refuses; live keys only unless ``live`` is empty."""
         out = []
         for key, entry in sorted(state.keys.items()):
-            if live and key not in live:
+            if (live and key not in live) or key.startswith(APPROVAL_PREFIX):
                 continue
             try:
                 spec = self.spec(key)
@@ -301,7 +319,7 @@ def parse_schema(text: str) -> Schema:
     raw = load_yaml(text)
     if not isinstance(raw, dict):
         raise SchemaError("schema.yaml must be a mapping with `version` and `keys`")
-    unknown = set(raw) - {"version", "keys", "unknown_keys", "phase_key", "tools"}
+    unknown = set(raw) - {"version", "keys", "unknown_keys", "phase_key", "tools", "approvals"}
     if unknown:
         raise SchemaError(f"unknown top-level fields: {', '.join(sorted(unknown))}")
     version = raw.get("version")
@@ -318,7 +336,7 @@ def parse_schema(text: str) -> Schema:
     tools_raw = raw.get("tools") or {}
     schema = Schema(version, specs, policy, phase_key,
                     {str(p): tuple(str(t) for t in ts) for p, ts in dict(tools_raw).items()}
-                    if isinstance(tools_raw, dict) else {})
+                    if isinstance(tools_raw, dict) else {}, _approvals(raw.get("approvals")))
     if phase_key is not None:
         spec = schema.spec(str(phase_key))
         if spec is None or spec.type != "enum":
@@ -331,6 +349,37 @@ def parse_schema(text: str) -> Schema:
     elif tools_raw:
         raise SchemaError("`tools` needs a `phase_key`")
     return schema
+
+
+def _approvals(raw: Any) -> dict[str, ApprovalPolicy]:
+    """``approvals: {tool: {writers: [human], ttl_hours: 24}}`` (writers default to human;
+    the agent never decides)."""
+    from .rules import check_key
+
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise SchemaError("`approvals` must map tool names to {writers, ttl_hours}")
+    out = {}
+    for tool, decl in raw.items():
+        try:
+            check_key(str(tool))
+        except InvalidInput as exc:
+            raise SchemaError(f"approvals: tool {tool!r}: {exc.message}") from None
+        decl = decl or {}
+        if not isinstance(decl, dict) or set(decl) - {"writers", "ttl_hours"}:
+            raise SchemaError(f"approvals: {tool}: only writers and ttl_hours may be given")
+        writers = tuple(str(w) for w in decl.get("writers") or ("human",))
+        if not set(writers) <= {"runtime", "human"}:
+            raise SchemaError(f"approvals: {tool}: writers must be among runtime, human (the "
+                              "agent never decides its own approvals)")
+        ttl = decl.get("ttl_hours")
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float)
+                                or not 0 < ttl <= 24 * 366):
+            raise SchemaError(f"approvals: {tool}: ttl_hours must be a number in (0, 8784]")
+        out[str(tool)] = ApprovalPolicy(str(tool), writers,
+                                        float(ttl) if ttl is not None else None)
+    return out
 
 
 def _spec(name: str, decl: Any) -> KeySpec:

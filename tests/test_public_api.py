@@ -25,7 +25,7 @@ EXPORTED = [
     "Observation", "Overridden", "Refusal", "Refused", "Scalar", "SchemaReport",
     "SectionTooLarge", "State", "StateDiff", "StateRepo", "StateView", "StoreError",
     "SyncResult", "SyncStatus", "UNSET", "Unset",
-    "UsageError", "WriteResult", "__version__", "blame", "diff_states", "load_config", "log",
+    "UsageError", "Value", "Verdict", "WriteResult", "__version__", "blame", "diff_states", "load_config", "log",
     "refusal", "section", "show", "to_json", "verify",
 ]
 

@@ -9,7 +9,7 @@ import click
 
 from ..errors import Refused, UsageError
 from ..layout import SCHEMA_FILE
-from .context import Ctx, emit, finish, json_option
+from .context import Ctx, emit, finish, json_option, parse_json_value
 
 
 @click.group()
@@ -79,19 +79,33 @@ def _read(file: Path) -> str:
 
 
 @click.command()
-@click.option("--can-run", "tool", help="Exit 0 if TOOL is allowed in the current phase, else 1.")
+@click.option("--can-run", "tool", help="Exit 0 if TOOL is allowed in the current phase "
+              "(and, for a tool that needs an approval, approved for --args-json), else 1.")
+@click.option("--args-json", metavar="JSON", help="The call's arguments (a JSON object): a "
+              "tool schema.yaml's `approvals` names runs only with an approval of exactly these.")
 @json_option
 @click.pass_obj
-def tools(obj: Ctx, tool: str | None, as_json: bool) -> None:
+def tools(obj: Ctx, tool: str | None, args_json: str | None, as_json: bool) -> None:
     """The tools the current phase allows (from the schema's phase key and tool lists)."""
+    args = parse_json_value(args_json, "--args-json") if args_json is not None else None
     with obj.repo() as repo:
         allowed = repo.allowed_tools()
         schema = repo.schema()
         phase = schema.phase(repo.state(), repo.state().live(repo.now())) if schema else None
+        verdict = repo.approval_verdict(tool, args) if tool is not None and \
+            schema is not None and tool in schema.approvals else None
     if tool is not None:
         ok = allowed is None or tool in allowed
-        emit({"tool": tool, "allowed": ok, "phase": phase}, as_json,
-              f"{tool}: {'allowed' if ok else 'not allowed'} in phase {phase}")
+        if ok and verdict is not None and (args is None or not verdict.ok):
+            why = "--args-json is needed" if args is None else verdict.reason
+            emit({"tool": tool, "allowed": False, "phase": phase, "approval": why}, as_json,
+                 f"{tool}: not allowed: it needs an approval ({why})")
+            raise Refused(f"{tool} needs an approval of its exact arguments: {why}",
+                          rule="approval.required")
+        emit({"tool": tool, "allowed": ok, "phase": phase,
+              "approval": verdict.approval_id if verdict else None}, as_json,
+             f"{tool}: {'allowed' if ok else 'not allowed'} in phase {phase}"
+             + (f" (approval {verdict.approval_id})" if verdict and ok else ""))
         if not ok:
             raise Refused(f"{tool} is not allowed in phase {phase}; allowed: "
                           f"{', '.join(allowed or [])}", rule="tools.not_allowed")

@@ -1,0 +1,219 @@
+"""Frozen-argument approvals (seed 004's human in the loop): pure planners and checks.
+
+schema.yaml declares which tools need an approval, who may decide, and an optional TTL::
+
+    approvals:
+      refund: {writers: [human], ttl_hours: 24}      # writers default to [human]
+
+An approval is one key of the state, ``approval.<id>``, whose structured value freezes the
+call: the tool, its arguments in canonical JSON and their sha256, and a status. It moves only
+forward, one audited commit per step, each marked by a ``Gitstate-Approval`` trailer::
+
+    request (runtime or agent)  -> pending
+    approve / deny (a writer the policy names; never the agent)  -> approved / denied
+    consume (the runtime, running the tool)  -> consumed
+
+``can_run(tool, args)`` is true for a tool that needs an approval only when an approved,
+unexpired, unconsumed approval holds exactly those arguments; otherwise the answer says why
+(none, pending, denied, expired, consumed, or which argument differs). The approval key
+carries the TTL as its expiry, so an expired approval also leaves the rendered section, and
+the agent sees its pending approvals there, never able to decide them: an ``approval.*`` key
+is written only through these planners (``rules.check_writable``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from .errors import InvalidInput, Refused
+from .model import Entry, State, canonical_text, format_time
+from .planners import Base, Plan
+from .results import WriteResult
+from .schema import ApprovalPolicy as Policy
+from .trailers import Change
+from .values import canonical, changes
+
+PREFIX = "approval."
+STATUSES = ("pending", "approved", "denied", "consumed")
+TRAILER = "Approval"  # Gitstate-Approval: request | approve | deny | consume
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The answer of ``can_run``: ``ok``, the approval it rests on, and why not."""
+
+    ok: bool
+    tool: str
+    needs_approval: bool
+    approval_id: str | None = None
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "tool": self.tool, "needs_approval": self.needs_approval,
+                "approval_id": self.approval_id, "reason": self.reason}
+
+
+def frozen(args: Any) -> tuple[str, str]:
+    """The arguments' canonical JSON (key order never matters) and its sha256."""
+    text = json.dumps(args, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return text, hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def is_approval_key(key: str) -> bool:
+    return key.startswith(PREFIX)
+
+
+def _record(state: State, approval_id: str) -> tuple[str, Entry, dict[str, Any]]:
+    key = approval_id if is_approval_key(approval_id) else PREFIX + approval_id
+    entry = state.keys.get(key)
+    if entry is None or not isinstance(entry.value, dict):
+        raise InvalidInput(f"no approval {approval_id!r}", rule="approval.unknown",
+                           approval_id=approval_id)
+    return key, entry, entry.value
+
+
+def plan_request(base: Base, policy: Policy, *, tool: str, args: Any, reason: str,
+                 actor: str) -> Plan:
+    """Freeze ``tool(args)`` as a pending approval; the id derives from the call and the
+    base commit, so the same request on the same state is the same approval."""
+    text, digest = frozen(args)
+    approval_id = hashlib.sha256(f"{base.commit}\0{tool}\0{digest}".encode()).hexdigest()[:12]
+    key = PREFIX + approval_id
+    expires = format_time(base.now + timedelta(hours=policy.ttl_hours)) \
+        if policy.ttl_hours else None
+    value = {"tool": tool, "args": json.loads(text), "args_sha256": digest,
+             "status": "pending", "requested_by": actor, "decided_by": None}
+    return _plan(base, key, value, reason, actor, expires, "request")
+
+
+def plan_decide(base: Base, policy_for: dict[str, Policy], writer: str, *, approval_id: str,
+                approve: bool, reason: str, actor: str) -> Plan:
+    key, entry, value = _record(base.state, approval_id)
+    policy = policy_for.get(str(value.get("tool")))
+    allowed = policy.writers if policy else ("human",)
+    if writer not in allowed:
+        raise Refused(f"only {'/'.join(allowed)} may decide approvals of "
+                      f"{value.get('tool')!r}, not {writer}", rule="approval.writer",
+                      approval_id=key[len(PREFIX):], writer=writer)
+    if value.get("status") != "pending":
+        raise Refused(f"approval {key[len(PREFIX):]} is {value.get('status')}, not pending",
+                      rule="approval.decided", status=value.get("status"))
+    if entry.is_expired(base.now):
+        raise Refused(f"approval {key[len(PREFIX):]} expired at {entry.expires_at}",
+                      rule="approval.expired")
+    new = {**value, "status": "approved" if approve else "denied", "decided_by": actor}
+    return _plan(base, key, new, reason, actor, entry.expires_at,
+                 "approve" if approve else "deny")
+
+
+def plan_consume(base: Base, *, approval_id: str, tool: str, args: Any, reason: str,
+                 actor: str) -> Plan:
+    key, entry, value = _record(base.state, approval_id)
+    verdict = _verdict_for(key, entry, value, tool, args, base.now)
+    if not verdict.ok:
+        raise Refused(verdict.reason, rule="approval.not_runnable", approval_id=key[len(PREFIX):])
+    return _plan(base, key, {**value, "status": "consumed"}, reason, actor, entry.expires_at,
+                 "consume")
+
+
+def _plan(base: Base, key: str, value: dict[str, Any], reason: str, actor: str,
+          expires: str | None, step: str) -> Plan:
+    old = base.state.keys.get(key)
+    entry = Entry(value, format_time(base.now), reason, actor, expires)
+    change = Change(op="set", reason=reason, actor=actor, key=key,
+                    old=old.value if old else None, new=value, expires_at=expires,
+                    extra=((TRAILER, step),))
+    return Plan(base.state.with_key(key, entry), change,
+                WriteResult("set", "", key=key, old=old, new=entry), schema=base.schema)
+
+
+def listing(state: State, now: datetime) -> list[dict[str, Any]]:
+    """Every approval, newest first, with whether it has expired."""
+    out = []
+    for key, entry in state.keys.items():
+        if is_approval_key(key) and isinstance(entry.value, dict):
+            out.append({"id": key[len(PREFIX):], **entry.value, "set_at": entry.set_at,
+                        "reason": entry.reason, "expires_at": entry.expires_at,
+                        "expired": entry.is_expired(now)})
+    out.sort(key=lambda a: a["set_at"], reverse=True)
+    return out
+
+
+def can_run(state: State, policies: dict[str, Policy], tool: str, args: Any,
+            now: datetime) -> Verdict:
+    """Whether ``tool(args)`` may run now (see the module docstring)."""
+    if tool not in policies:
+        return Verdict(True, tool, False, reason=f"{tool} needs no approval")
+    best: Verdict | None = None
+    for key, entry in state.keys.items():
+        if not is_approval_key(key) or not isinstance(entry.value, dict) or \
+                entry.value.get("tool") != tool:
+            continue
+        verdict = _verdict_for(key, entry, entry.value, tool, args, now)
+        if verdict.ok:
+            return verdict
+        if best is None or _rank(verdict) > _rank(best):
+            best = verdict
+    return best or Verdict(False, tool, True, reason=f"no approval exists for {tool}")
+
+
+def _rank(verdict: Verdict) -> int:
+    # the most telling refusal: a changed argument beats "pending" beats the rest
+    return 2 if "argument" in verdict.reason else 1 if "pending" in verdict.reason else 0
+
+
+def _verdict_for(key: str, entry: Entry, value: dict[str, Any], tool: str, args: Any,
+                 now: datetime) -> Verdict:
+    approval_id = key[len(PREFIX):]
+
+    def no(reason: str) -> Verdict:
+        return Verdict(False, tool, True, approval_id, reason)
+
+    if value.get("tool") != tool:
+        return no(f"approval {approval_id} is for {value.get('tool')}, not {tool}")
+    status = value.get("status")
+    if status != "approved":
+        return no(f"approval {approval_id} is {status}"
+                  + (" (waiting for a decision)" if status == "pending" else ""))
+    if entry.is_expired(now):
+        return no(f"approval {approval_id} expired at {entry.expires_at}")
+    _, digest = frozen(args)
+    if digest != value.get("args_sha256"):
+        diffs = changes(value.get("args"), json.loads(frozen(args)[0]), "args")
+        named = ", ".join(f"{p}: {_text(o)} approved, {_text(n)} asked"
+                          for p, o, n in diffs[:3]) or "the arguments"
+        return no(f"approval {approval_id} was for other arguments (argument changed: "
+                  f"{named})")
+    return Verdict(True, tool, True, approval_id, f"approved by {value.get('decided_by')}")
+
+
+def _text(value: Any) -> str:
+    return "(absent)" if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def check_transition(key: str, old: Any, new: Any, step: str | None) -> None:
+    """A commit from elsewhere that sets ``approval.*``: it must carry the step trailer, and
+    the step must be a legal move (request makes pending; approve/deny decide a pending one
+    without touching the call; consume spends an approved one)."""
+    if step is None:
+        raise InvalidInput(f"{key} set without a {TRAILER} step", rule="approval.reserved")
+    if not isinstance(new, dict) or new.get("status") not in STATUSES:
+        raise InvalidInput(f"{key}: not an approval record", rule="approval.invalid")
+    _text, digest = frozen(new.get("args"))
+    if digest != new.get("args_sha256"):
+        raise InvalidInput(f"{key}: the arguments do not hash to args_sha256",
+                           rule="approval.invalid")
+    wanted = {"request": (None, "pending"), "approve": ("pending", "approved"),
+              "deny": ("pending", "denied"), "consume": ("approved", "consumed")}.get(step)
+    before = old.get("status") if isinstance(old, dict) else None
+    if wanted is None or (before, new.get("status")) != wanted:
+        raise InvalidInput(f"{key}: {step} from {before} to {new.get('status')} is not a legal "
+                           "step", rule="approval.invalid")
+    if isinstance(old, dict) and any(
+            canonical(old.get(f), canonical_text) != canonical(new.get(f), canonical_text)
+            for f in ("tool", "args", "args_sha256")):
+        raise InvalidInput(f"{key}: a decision changed the frozen call", rule="approval.invalid")
