@@ -1,8 +1,12 @@
-"""A gateway for the refund flow: it advertises only the tools the phase allows, and its
-parser refuses an illegal call even if the model emits it anyway (defense in depth).
+"""A gateway for seed 004's refund flow: phases with tool allowlists, checked facts as one
+structured value, and a refund that runs only with a human's approval of its exact
+arguments (frozen-argument approval).
 
-The model proposes; the runtime's observation functions move the phase. Runs offline with a
-scripted stand-in model:
+The model proposes; the runtime owns every transition: observation functions move the
+phase, the gateway requests approvals, a human decides, and the gateway spends the approval
+when the refund runs. The approval lives in the state repository, so it survives a restart
+of the gateway between the approval and the run. Runs offline with a scripted stand-in
+model:
 
     python examples/refund_gateway.py
 """
@@ -20,10 +24,12 @@ SCHEMA = Path(__file__).with_name("schemas") / "refund.yaml"
 
 
 def on_get_ticket(state: State, payload: dict[str, Any]) -> dict[str, Any]:
-    """A ticket observed ready moves gather -> apply; either way the id is held."""
+    """A ticket observed ready moves gather -> apply, with the facts policy code checked."""
     updates: dict[str, Any] = {"ticket_id": payload["ticket_id"]}
     if payload.get("ready"):
         updates["phase"] = "apply"
+        updates["facts"] = {"window_ok": True, "customer_verified": True,
+                            "max_refund": payload["max_refund"]}
     return updates
 
 
@@ -32,40 +38,68 @@ def on_refund(state: State, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 class Gateway:
+    """The assembler (what the model is offered) and the parser (what it may run)."""
+
     def __init__(self, repo: StateRepo) -> None:
         self.repo = repo
         repo.register_observation("get_ticket", on_get_ticket)
         repo.register_observation("refund", on_refund)
 
     def advertised(self) -> list[str]:
-        """The assembler: only the tools legal in the current phase."""
         return self.repo.allowed_tools() or []
 
     def handle(self, tool: str, args: dict[str, Any]) -> str:
-        """The parser: refuse what the phase does not allow, then run the tool."""
-        if not self.repo.can_run(tool):
+        if tool not in (self.repo.allowed_tools() or [tool]):
             return f"illegal_in_phase: {tool}"
         if tool == "get_ticket":
-            self.repo.apply_observation("get_ticket", {"ticket_id": args["id"], "ready": True})
+            self.repo.apply_observation("get_ticket", {"ticket_id": args["id"], "ready": True,
+                                                       "max_refund": 200})
             return f"ticket {args['id']} ready"
         if tool == "refund":
-            self.repo.apply_observation("refund", {"ok": True})
-            return "refunded"
+            return self.refund(args)
         return f"{tool} ok"
+
+    def refund(self, args: dict[str, Any]) -> str:
+        verdict = self.repo.approval_verdict("refund", args)
+        if verdict.ok:
+            assert verdict.approval_id is not None
+            # ... the payment provider is called here, with exactly ``args`` ...
+            self.repo.consume_approval(verdict.approval_id, "refund", args,
+                                       request_id=f"refund-{verdict.approval_id}")
+            self.repo.apply_observation("refund", {"ok": True})
+            return f"refunded {args['amount']} (approval {verdict.approval_id})"
+        if "argument changed" in verdict.reason or "pending" in verdict.reason:
+            return f"refused: {verdict.reason}"
+        approval = self.repo.request_approval("refund", args, "the model asked for a refund")
+        return f"waiting_for_approval: {approval}"
 
 
 def run(agent_dir: Path) -> list[str]:
+    log: list[str] = []
+
+    def step(gateway: Gateway, tool: str, args: dict[str, Any]) -> None:
+        offered = gateway.advertised()
+        log.append(f"phase={gateway.repo.get().phase} offered={offered} call={tool} -> "
+                   f"{gateway.handle(tool, args)}")
+
+    refund = {"ticket": "T1", "amount": 120}
     with StateRepo.init(agent_dir) as repo:
         repo.set_schema(SCHEMA.read_text(encoding="utf-8"), "refund flow schema")
         gateway = Gateway(repo)
-        log = []
-        # The stand-in model: tries to refund at once, then does it properly, then lingers.
-        for tool, args in [("refund", {}), ("get_ticket", {"id": "T1"}), ("refund", {}),
-                           ("search", {"q": "anything else?"}), ("finish", {})]:
-            offered = gateway.advertised()
-            log.append(f"phase={repo.get().phase} offered={offered} call={tool} -> "
-                       f"{gateway.handle(tool, args)}")
-        return log
+        step(gateway, "refund", refund)  # too early: gather has no refund tool
+        step(gateway, "get_ticket", {"id": "T1"})
+        step(gateway, "refund", refund)  # needs a human: an approval is requested
+        approval = repo.approvals()[0]["id"]
+    # the gateway restarts; meanwhile a human approves (gitstate approve ID --reason ...)
+    with StateRepo(agent_dir, writer="human") as human:
+        human.approve(approval, "ticket T1 checked; 120 is within policy")
+    with StateRepo(agent_dir) as repo:
+        gateway = Gateway(repo)
+        step(gateway, "refund", {**refund, "amount": 150})  # not what was approved
+        step(gateway, "refund", refund)  # exactly what was approved: runs, once
+        step(gateway, "search", {"q": "anything else?"})
+        step(gateway, "finish", {})
+    return log
 
 
 if __name__ == "__main__":

@@ -162,13 +162,17 @@ def test_phases_tools_and_the_rendered_line(agent_dir: Path, clock: Clock) -> No
         assert repo.allowed_tools() == ["search", "get_ticket"]
         assert not repo.can_run("refund") and repo.can_run("get_ticket")
         repo.set("phase", "apply", "runtime moved on")
-        assert repo.can_run("refund") and to_json(repo.get())["allowed_tools"] == ["search", "refund"]
+        assert repo.can_run("search") and to_json(repo.get())["allowed_tools"] == ["search", "refund"]
+        # the phase allows refund now, but refund.yaml also makes it wait for an approval
+        assert not repo.can_run("refund", {"ticket": "T1", "amount": 1})
         text = repo.render(locale="en")
         assert "Current phase: apply; allowed tools: search, refund" in text
     fast = run_cli("render", "--locale", "en", agent_dir=agent_dir)
     assert fast.stdout == text
     assert run_cli("tools", "--can-run", "finish", agent_dir=agent_dir).returncode == 1
-    assert run_cli("tools", "--can-run", "refund", agent_dir=agent_dir).returncode == 0
+    assert run_cli("tools", "--can-run", "search", agent_dir=agent_dir).returncode == 0
+    needs = run_cli("tools", "--can-run", "refund", agent_dir=agent_dir)
+    assert needs.returncode == 1 and "[approval.required]" in needs.stderr
     listed = json.loads(run_cli("tools", "--json", agent_dir=agent_dir).stdout)
     assert listed == {"phase": "apply", "allowed_tools": ["search", "refund"]}
 
@@ -196,7 +200,10 @@ def test_observations_own_the_transitions(agent_dir: Path, clock: Clock) -> None
 
 
 def test_refund_gateway_example(tmp_path: Path) -> None:
-    """Seed 004's flow: refund illegal in gather; apply after a ready ticket; only finish after."""
+    """Seed 004's flow end to end: refund illegal in gather; a ready ticket moves the phase
+    (an observation, never the model) and records the checked facts; the refund waits for a
+    human's approval of its exact arguments, which survives the gateway's restart; a changed
+    amount is refused, naming it; the approved call runs once; then only finish is left."""
     sys.path.insert(0, str(ROOT / "examples"))
     try:
         import refund_gateway
@@ -204,11 +211,23 @@ def test_refund_gateway_example(tmp_path: Path) -> None:
         sys.path.remove(str(ROOT / "examples"))
     log = refund_gateway.run(tmp_path / "agent")
     assert log[0].endswith("call=refund -> illegal_in_phase: refund")
-    assert "phase=apply offered=['search', 'refund'] call=refund -> refunded" in log[2]
-    assert log[3].endswith("call=search -> illegal_in_phase: search")
-    assert "offered=['finish']" in log[4]
+    assert log[1].endswith("call=get_ticket -> ticket T1 ready")
+    assert "phase=apply offered=['search', 'refund'] call=refund -> waiting_for_approval: " in log[2]
+    approval = log[2].rsplit(" ", 1)[1]
+    assert log[3].endswith(f"refused: approval {approval} was for other arguments (argument "
+                           "changed: args.amount: 120 approved, 150 asked)")
+    assert log[4].endswith(f"call=refund -> refunded 120 (approval {approval})")
+    assert log[5] == "phase=done offered=['finish'] call=search -> illegal_in_phase: search"
+    assert log[6].endswith("call=finish -> finish ok") and len(log) == 7
     with StateRepo(tmp_path / "agent") as repo:
-        assert repo.state().keys["ticket_id"].value == "T1"
+        state = repo.state()
+        assert state.keys["ticket_id"].value == "T1"
+        assert state.keys["facts"].value == {"window_ok": True, "customer_verified": True,
+                                             "max_refund": 200}
+        [record] = repo.approvals()
+        assert record["status"] == "consumed" and record["decided_by"] == "human"
+        assert not repo.can_run("refund", {"ticket": "T1", "amount": 120})
+        assert all(c.ok for c in audit.verify(repo))
 
 
 def test_request_ids_make_retries_idempotent(repo: StateRepo) -> None:
