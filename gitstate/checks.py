@@ -24,6 +24,7 @@ from .errors import (
 )
 from .model import Entry, State, Value, display_value, values_match
 from .render import section_chars, section_chars_bound, section_key_bytes
+from .values import join
 
 if TYPE_CHECKING:
     from .schema import Schema
@@ -40,6 +41,7 @@ def whole_state(before: State, after: State, now: datetime, config: Config,
                      and old != new)
     if schema is not None:
         _schema(schema, before, after, changed, writer)
+    _secrets(after, changed, schema)
     live_before, live = before.live(now), after.live(now)
     added = sorted(set(live) - set(live_before))
     existing = set(before.keys)
@@ -66,6 +68,35 @@ def whole_state(before: State, after: State, now: datetime, config: Config,
             f"{config.section_max_bytes} ([gitstate] section_max_bytes). Shorten the value or "
             "reason, or clear a key.", size=size, limit=config.section_max_bytes)
     _injection(before, after, now, config, schema)
+
+
+def _secrets(after: State, changed: list[str], schema: Schema | None) -> None:
+    """No value that looks like a secret is committed (rules.check_secret), unless its key's
+    schema declaration allows it (``secrets: allow``) or, ``sensitive: refuse``, no value
+    of the key may be stored at all."""
+    for key in changed:
+        entry = after.keys.get(key)
+        if entry is None:
+            continue
+        spec = schema.spec(key) if schema is not None else None
+        if spec is not None and spec.sensitive == "refuse":
+            raise InvalidInput(f"{key} is declared sensitive: refuse; its value must be kept "
+                               "outside gitstate (store a reference instead)",
+                               rule="secret.sensitive_key", key=key)
+        if spec is not None and spec.secrets == "allow":
+            continue
+        for path, text in _strings(entry.value, key):
+            rules.check_secret(text, path, path)
+
+
+def _strings(value: object, path: str) -> list[tuple[str, str]]:
+    if isinstance(value, str):
+        return [(path, value)]
+    if isinstance(value, list):
+        return [s for i, v in enumerate(value) for s in _strings(v, join(path, i))]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in _strings(v, join(path, k))]
+    return []
 
 
 def _schema(schema: Schema, before: State, after: State, changed: list[str],

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import cast
 
-from . import values
+from . import secretscan, values
 from .errors import HandoffTooLarge, InvalidInput
 from .model import HANDOFF_STATUSES, Scalar, Value
 
@@ -186,6 +186,21 @@ def _scalar(value: object, blank_ok: bool = False) -> Scalar:
     )
 
 
+def check_secret(text: str, where: str, path: str | None = None) -> None:
+    """Refuse ``text`` when it looks like it holds a secret (secretscan.py), naming the kind
+    and where, never echoing it: git cannot forget a commit."""
+    found = secretscan.scan(text)
+    if found is None:
+        return
+    details = {"path": path} if path else {}
+    raise InvalidInput(
+        f"{where} looks like it holds {found.label} (characters {found.start + 1}-{found.end}); "
+        "nothing secret may enter the history, which git never forgets. Keep the secret "
+        "elsewhere and pass a reference; if it is not a secret, the key's schema declaration "
+        "may say `secrets: allow` (docs/security.md).",
+        rule=f"secret.{found.kind}", **details)
+
+
 def check_reason(reason: object) -> str:
     """A reason is required; it becomes the commit message verbatim (trimmed)."""
     if not isinstance(reason, str) or not reason.strip():
@@ -197,6 +212,7 @@ def check_reason(reason: object) -> str:
             rule="reason.too_long",
         )
     _check_text(reason, "reason", allow_newlines=True)
+    check_secret(reason, "the reason")
     if _DIVIDER_RE.search(reason):
         raise InvalidInput("a reason line must not start with '---' (git reads it as the "
                            "end of the message)", rule="reason.divider")
@@ -258,6 +274,7 @@ def check_handoff(
             raise InvalidInput(f"{name} is over {TEXT_INPUT_MAX_CHARS} characters",
                                rule="handoff.too_long")
         _check_text(text, "handoff", allow_newlines=True)
+        check_secret(text, f"the handoff's {name}")
     structured = any(t is not None for t in (next_steps, evidence, blocker))
     if status is None and structured:
         raise InvalidInput(

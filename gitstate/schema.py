@@ -36,7 +36,8 @@ WRITERS = ("agent", "runtime", "human")
 _PERCENT = re.compile(r"(-?[0-9]+(?:\.[0-9]+)?)%")
 _KEY_FIELDS = {"type", "description", "values", "min", "max", "gt", "lt", "pattern",
                "min_length", "max_length", "nullable", "ttl_hours", "writers", "coerce",
-               "items", "min_items", "max_items", "unique", "fields", "open"}
+               "items", "min_items", "max_items", "unique", "fields", "open", "secrets",
+               "sensitive"}
 _SHAPE_ONLY = {"items", "min_items", "max_items", "unique", "fields", "open"}
 
 
@@ -66,6 +67,8 @@ class KeySpec:
     writers: tuple[str, ...] = WRITERS
     coerce: bool = False
     shape: shapes.Shape | None = None  # list, object and json keys
+    secrets: str = "scan"  # allow: values of this key are not scanned for secrets
+    sensitive: str | None = None  # refuse: no value of this key may be stored
 
     def matches(self, key: str) -> bool:
         return fnmatchcase(key, self.name) if "*" in self.name else key == self.name
@@ -428,8 +431,14 @@ def _spec(name: str, decl: Any) -> KeySpec:
     elif set(decl) & _SHAPE_ONLY:
         raise SchemaError(f"{name}: {', '.join(sorted(set(decl) & _SHAPE_ONLY))} apply to "
                           "list and object keys only")
+    secrets = decl.get("secrets", "scan")
+    if secrets not in ("scan", "allow"):
+        raise SchemaError(f"{name}: secrets must be scan or allow")
+    sensitive = decl.get("sensitive")
+    if sensitive not in (None, "refuse"):
+        raise SchemaError(f"{name}: sensitive must be refuse (redact is not supported yet)")
     return KeySpec(
-        shape=shape,
+        shape=shape, secrets=str(secrets), sensitive=sensitive,
         name=name, type=str(kind), description=str(decl.get("description") or ""),
         values=values, min=numbers["min"], max=numbers["max"], gt=numbers["gt"],
         lt=numbers["lt"], pattern=str(pattern) if pattern is not None else None,

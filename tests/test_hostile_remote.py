@@ -66,7 +66,15 @@ def _hashed(value: dict[str, object]) -> dict[str, object]:
     return {**value, "args_sha256": frozen(value["args"])[1]}
 
 
+_TOKEN = "ghp_" + "1234567890abcdefghijklmnopqrstuvwxyZ"  # built here: no literal token
+
 ATTACKS: dict[str, tuple[Attack, str]] = {
+    # a secret must not enter history from elsewhere either
+    "secret-in-a-value": (lambda f, t: f.commit(_set("k", {"creds": [_TOKEN]})),
+                          "secret.github_token"),
+    "secret-in-a-reason": (lambda f, t: f.commit(Change(
+        op="set", reason=f"deploy with {_TOKEN}", actor="agent", key="k", old=None, new=1)),
+        "secret.github_token"),
     # approvals: a decision forged as a plain set, or a step skipped
     "approval-as-plain-set": (lambda f, t: f.commit(_approval(None, _FORGED)),
                               "approval.reserved"),

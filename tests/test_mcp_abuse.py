@@ -92,7 +92,9 @@ def test_abuse_is_answered_and_survived(tmp_path: Path) -> None:
         bad_calls: list[tuple[str, Any]] = [
             ("working_state_set", {"key": "k"}),                                  # missing
             ("working_state_set", {"key": 1, "value": 1, "reason": "r"}),          # wrong type
-            ("working_state_set", {"key": "k", "value": {"a": 1}, "reason": "r"}),
+            ("working_state_set", {"key": "k", "reason": "r",  # nested too deep
+                                   "value": {"a": {"b": {"c": {"d": {"e": {"f": {"g": {
+                                       "h": [1]}}}}}}}}}),
             ("working_state_set", {"key": "k", "value": 1, "reason": "r", "ttl_hours": "x"}),
             ("working_state_set", {"key": "k", "value": "v" * 5_000_000, "reason": "r"}),
             ("working_state_set", {"key": "k", "value": 1, "reason": "r" * 2_000_000}),

@@ -30,7 +30,8 @@ GOLDEN = Path(__file__).parent / "golden"
 
 # strings inside: printable, no line breaks or invisible characters (the scalar rules)
 TEXT = st.text(st.characters(codec="utf-8", categories=("L", "N", "P", "Zs"),
-                             exclude_characters="\u2028\u2029\x85"), max_size=12)
+                             exclude_characters="\u2028\u2029\x85\u115f\u1160\u3164\uffa0"),
+               max_size=12)
 NAMES = st.from_regex(r"[a-z_][a-z0-9_.-]{0,10}", fullmatch=True)
 LEAVES = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), TEXT,
                    st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False))

@@ -1,0 +1,111 @@
+"""Nothing secret enters history: a corpus of true positives (refused under their kind,
+wherever they appear: a value, a string deep in a structure, a reason, a handoff) and of
+near misses (committed); the secret is never echoed; the schema's audited way out; a pushed
+or pulled commit carrying one is refused too (test_hostile_remote.py's attacks)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gitstate.errors import InvalidInput
+from gitstate.repo import StateRepo
+from gitstate.secretscan import scan
+
+# built at run time, so that this file itself holds no secret-shaped literal
+_B64 = "wJalrXUtnFEMI" + "K7MDENGbPxRfiCY" + "EXAMPLEKEY12"
+TRUE = {
+    "private_key": "-----BEGIN " + "RSA PRIVATE KEY-----",
+    "openssh_key": "-----BEGIN " + "OPENSSH PRIVATE KEY-----",
+    "aws_access_key": "AKIA" + "IOSFODNN7EXAMPL3",
+    "aws_secret": "aws_secret_access_key = " + "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "github_token": "ghp_" + "1234567890abcdefghijklmnopqrstuvwxyZ",
+    "github_pat": "github_pat_" + "11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01",
+    "gitlab_token": "glpat-" + "xxxxXXXXxxxx1234abcd",
+    "slack_token": "xoxb-" + "123456789012-1234567890123-AbCdEfGhIjKl",
+    "slack_webhook": "https://hooks.slack.com/services/" + "T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX",
+    "jwt": "eyJhbGciOiJIUzI1NiJ9." + "eyJzdWIiOiIxMjM0NTY3ODkwIn0." + "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "password": "password=" + "hunter2hunter2",
+    "secret_colon": "client_secret: " + "s3cr3t-v4lue-9",
+    "token_json": '"token": "' + "abc123def456ghi" + '"',
+    "api_key": "API_KEY=" + "sk-live-0123456789",
+    "high_entropy": _B64,
+}
+KIND = {"openssh_key": "private_key", "aws_secret": "aws_access_key",
+        "github_pat": "github_token", "slack_webhook": "slack_token",
+        "password": "assignment", "secret_colon": "assignment", "token_json": "assignment",
+        "api_key": "assignment"}
+NEAR_MISSES = [
+    "the token was rotated yesterday", "password: ********", "token=none",
+    "api_key=${API_KEY}", "secret: <redacted>", "PRIVATE KEY rotation is due",
+    "commit 1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b reverted",
+    "sha256 229c53545db4275c413bc1d3efcbcb26f0a569cd00d53d43d82a1654414ef918",
+    "ThisIsAVeryLongCamelCaseIdentifier2024", "WorkingStateSetToolDescriptionV2ForModel",
+    "https://example.com/path/to/some/long/resource/Name2024Version",
+    "stop_loss.2317 跌破即出場不猶豫", "AKIA is a prefix, not a key", "eyJ alone is not a JWT",
+    "ghp_short", "xoxb-", "pwd=abc",
+]
+
+
+@pytest.mark.parametrize("name", sorted(TRUE))
+def test_true_positives_are_refused_everywhere(repo: StateRepo, name: str) -> None:
+    secret = TRUE[name]
+    kind = KIND.get(name, name)
+    found = scan(secret)
+    assert found is not None and found.kind == kind, (name, found and found.kind)
+    attempts = [
+        lambda: repo.set("note", f"see {secret} here", "r"),
+        lambda: repo.set("facts", {"inner": ["ok", {"deep": secret}]}, "r"),
+        lambda: repo.set("k", 1, f"because {secret}"),
+        lambda: repo.handoff(f"left it at {secret}"),
+        lambda: repo.handoff("n", status="continue", next_steps=f"use {secret}"),
+    ]
+    for attempt in attempts:
+        with pytest.raises(InvalidInput) as exc:
+            attempt()
+        assert exc.value.rule == f"secret.{kind}", exc.value.message
+        assert secret not in exc.value.message and secret[-12:] not in exc.value.message
+    with pytest.raises(InvalidInput) as exc:
+        repo.set("facts", {"inner": ["ok", {"deep": secret}]}, "r")
+    assert exc.value.details["path"] == "facts.inner[1].deep"
+    assert repo.state().keys == {} and repo.state().handoff is None
+
+
+@pytest.mark.parametrize("text", NEAR_MISSES)
+def test_near_misses_are_committed(repo: StateRepo, text: str) -> None:
+    assert scan(text) is None, text
+    repo.set("note", text, "an ordinary note")
+    repo.set("facts", {"text": text}, f"also as a reason: {text}")
+    assert repo.state().keys["note"].value == text
+
+
+def test_the_schema_allows_one_key_and_refuses_another(repo: StateRepo) -> None:
+    """The way out of a false positive is an audited schema change for one key; a key may
+    also be declared never to hold a value at all."""
+    repo.set_schema("version: 1\nunknown_keys: allow\nkeys:\n"
+                    "  fixture.token: {type: string, secrets: allow}\n"
+                    "  api.credentials: {type: json, sensitive: refuse}\n", "allow one key")
+    repo.set("fixture.token", TRUE["jwt"], "a test fixture, not a live token")
+    with pytest.raises(InvalidInput):
+        repo.set("other", TRUE["jwt"], "r")  # other keys are still scanned
+    with pytest.raises(InvalidInput) as exc:
+        repo.set("fixture.token", "x", f"reasons are always scanned {TRUE['jwt']}")
+    assert exc.value.rule == "secret.jwt"
+    with pytest.raises(InvalidInput) as exc:
+        repo.set("api.credentials", {"user": "svc"}, "r")
+    assert exc.value.rule == "secret.sensitive_key"
+    with pytest.raises(InvalidInput):
+        repo.set_schema("version: 2\nkeys:\n  k: {type: string, secrets: maybe}\n", "bad")
+
+
+def test_random_tokens_are_mostly_caught() -> None:
+    """The generic detector: at least 3 in 4 random 40-character tokens (known formats have
+    their own patterns); no hex digest."""
+    import random
+    import string
+
+    rng = random.Random(7)
+    alphabet = string.ascii_letters + string.digits
+    tokens = ["".join(rng.choice(alphabet) for _ in range(40)) for _ in range(400)]
+    assert sum(scan(t) is not None for t in tokens) >= 300
+    digests = ["".join(rng.choice("0123456789abcdef") for _ in range(64)) for _ in range(200)]
+    assert not any(scan(d) for d in digests)
