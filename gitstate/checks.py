@@ -23,6 +23,7 @@ from .errors import (
     SectionTooLarge,
 )
 from .model import Entry, State, Value, display_value, values_match
+from .redact import is_redacted
 from .render import section_chars, section_chars_bound, section_key_bytes
 from .values import join
 
@@ -83,6 +84,12 @@ def _secrets(after: State, changed: list[str], schema: Schema | None) -> None:
             raise InvalidInput(f"{key} is declared sensitive: refuse; its value must be kept "
                                "outside gitstate (store a reference instead)",
                                rule="secret.sensitive_key", key=key)
+        if spec is not None and spec.sensitive == "redact":
+            if not is_redacted(entry.value):  # a raw value, or a commit from elsewhere
+                raise InvalidInput(f"{key} is declared sensitive: redact, but the value to "
+                                   "store is not its keyed hash", rule="secret.not_redacted",
+                                   key=key)
+            continue
         if spec is not None and spec.secrets == "allow":
             continue
         for path, text in _strings(entry.value, key):
@@ -134,7 +141,9 @@ def _injection(before: State, after: State, now: datetime, config: Config,
 
 def _shown(value: Value) -> str:
     """A value in a message: text quoted (so " 262" and 262 differ), a structure as JSON."""
-    return display_value(value) if isinstance(value, list | dict) else repr(value)
+    if isinstance(value, list | dict) or is_redacted(value):
+        return display_value(value)
+    return repr(value)
 
 
 def expected(key: str, old: Entry | None, wanted: Value | None, now: datetime) -> None:

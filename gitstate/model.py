@@ -118,6 +118,8 @@ def display_value(value: Value) -> str:
         from .values import compact
 
         return compact(value)
+    if isinstance(value, str) and value.startswith("redacted:hmac-sha256:"):
+        return "[redacted]"  # a sensitive key's keyed hash (redact.py): never shown
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:

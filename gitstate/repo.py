@@ -286,6 +286,15 @@ class StateRepo(ApprovalMethods):
         if expected is not UNSET and expected is not None:
             expected = rules.check_value(expected, f"expected {key}")
         who = rules.check_actor(actor or self.actor)
+        schema = self.schema()
+        spec = schema.spec(key) if schema is not None else None
+        if spec is not None and spec.sensitive == "redact":  # only the keyed hash is stored
+            from .redact import redact, repo_key
+
+            secret = repo_key(self.state_dir / ".git")
+            value = redact(value, secret)
+            if expected is not UNSET and expected is not None:
+                expected = redact(expected, secret)
         request = requests.fingerprint(request_id, "set", key, value, reason, ttl,
                                        None if expected is UNSET else ["expected", expected])
         return self.engine.write(lambda base: planners.plan_set(

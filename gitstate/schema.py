@@ -68,7 +68,7 @@ class KeySpec:
     coerce: bool = False
     shape: shapes.Shape | None = None  # list, object and json keys
     secrets: str = "scan"  # allow: values of this key are not scanned for secrets
-    sensitive: str | None = None  # refuse: no value of this key may be stored
+    sensitive: str | None = None  # redact: stored as a keyed hash; refuse: never stored
 
     def matches(self, key: str) -> bool:
         return fnmatchcase(key, self.name) if "*" in self.name else key == self.name
@@ -435,8 +435,8 @@ def _spec(name: str, decl: Any) -> KeySpec:
     if secrets not in ("scan", "allow"):
         raise SchemaError(f"{name}: secrets must be scan or allow")
     sensitive = decl.get("sensitive")
-    if sensitive not in (None, "refuse"):
-        raise SchemaError(f"{name}: sensitive must be refuse (redact is not supported yet)")
+    if sensitive not in (None, "refuse", "redact"):
+        raise SchemaError(f"{name}: sensitive must be redact or refuse")
     return KeySpec(
         shape=shape, secrets=str(secrets), sensitive=sensitive,
         name=name, type=str(kind), description=str(decl.get("description") or ""),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from gitstate.errors import InvalidInput
+from gitstate.errors import CasMismatch, InvalidInput
 from gitstate.repo import StateRepo
 from gitstate.secretscan import scan
 
@@ -109,3 +109,51 @@ def test_random_tokens_are_mostly_caught() -> None:
     assert sum(scan(t) is not None for t in tokens) >= 300
     digests = ["".join(rng.choice("0123456789abcdef") for _ in range(64)) for _ in range(200)]
     assert not any(scan(d) for d in digests)
+
+
+REDACT = "version: 1\nunknown_keys: allow\nkeys:\n  broker.pin: {type: json, sensitive: redact}\n"
+
+
+def test_a_redacted_key_keeps_only_a_keyed_hash(repo: StateRepo) -> None:
+    """sensitive: redact: the history holds an HMAC under a key kept out of git; the
+    section shows [redacted]; compare-and-swap works on the raw value."""
+    import subprocess
+
+    from tests.helpers import GIT
+
+    repo.set_schema(REDACT, "the broker PIN is sensitive")
+    repo.set("broker.pin", 482913, "rotated by the operator")
+    stored = repo.state().keys["broker.pin"].value
+    assert isinstance(stored, str) and stored.startswith("redacted:hmac-sha256:")
+    assert "broker.pin = [redacted]" in repo.render(locale="en")
+    key_file = repo.state_dir / ".git" / "gitstate-redact.key"
+    assert key_file.stat().st_mode & 0o777 == 0o600 and len(key_file.read_bytes()) == 32
+    repo.set("broker.pin", 111111, "rotated again", expected="482913")  # as CAS compares
+    with pytest.raises(CasMismatch) as exc:
+        repo.set("broker.pin", 222222, "stale", expected=482913)
+    assert exc.value.rule == "cas.mismatch" and "482913" not in exc.value.message
+    assert "[redacted]" in exc.value.message
+    if GIT is not None:
+        log = subprocess.run([GIT, "-C", str(repo.state_dir), "log", "-p", "--all"],
+                             capture_output=True, text=True, check=True).stdout
+        assert "482913" not in log and "111111" not in log
+        tracked = subprocess.run([GIT, "-C", str(repo.state_dir), "ls-files"],
+                                 capture_output=True, text=True, check=True).stdout
+        assert "redact" not in tracked
+    with StateRepo(repo.agent_dir, writer="agent") as agent:  # any writer, same hash
+        agent.set("broker.pin", 333333, "agent rotated", expected=111111)
+
+
+def test_a_raw_value_on_a_redacted_key_is_refused(repo: StateRepo) -> None:
+    """What bypasses the facade (a commit from elsewhere, a planner given a raw value) is
+    refused by the whole-state check: only the keyed hash may be stored."""
+    from gitstate import checks
+    from gitstate.model import Entry, State
+
+    repo.set_schema(REDACT, "sensitive")
+    schema = repo.schema()
+    before = repo.state()
+    after = State({"broker.pin": Entry("482913", "2026-08-13T01:00:00Z", "r", "agent")})
+    with pytest.raises(InvalidInput) as exc:
+        checks.whole_state(before, after, repo.now(), repo.config, schema, None)
+    assert exc.value.rule == "secret.not_redacted"

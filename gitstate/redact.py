@@ -1,0 +1,65 @@
+"""Redacted keys (schema.yaml ``sensitive: redact``): the value is stored as a keyed hash, so
+equality and compare-and-swap still work while the history never holds the value itself.
+
+The hash is HMAC-SHA256 under a key that never enters git: ``.git/gitstate-redact.key``, 32
+random bytes made on first use (mode 0600, never followed through a symlink). It is per
+repository: a clone has its own key, so a value redacted in one repository does not compare
+equal in another unless the key file is copied to it (docs/security.md). Without the key, a
+guessable value (a PIN, a short password) cannot be recovered from the history by trying
+candidates; with it, it can, which is why the key stays out of every push.
+
+A redacted value is the string ``redacted:hmac-sha256:<64 hex>``; the section and every text
+view show it as ``[redacted]``. Values are hashed in their comparison form (``262`` and
+``"262"`` hash alike, as they compare alike).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+from pathlib import Path
+
+from . import safefile
+from .model import Value, canonical_text
+
+PREFIX = "redacted:hmac-sha256:"
+KEY_FILE = "gitstate-redact.key"
+_FORM = re.compile(r"redacted:hmac-sha256:[0-9a-f]{64}")
+
+
+def is_redacted(value: object) -> bool:
+    return isinstance(value, str) and _FORM.fullmatch(value) is not None
+
+
+def repo_key(git_dir: Path) -> bytes:
+    """The repository's redaction key, made on first use."""
+    path = git_dir / KEY_FILE
+    try:
+        data = safefile.read_regular(path, 64)
+    except FileNotFoundError:
+        data = b""
+    if len(data) == 32:
+        return data
+    if data:
+        raise OSError(f"{path} is not a 32-byte redaction key; restore it from a backup "
+                      "(without it, redacted values no longer compare)")
+    fresh = os.urandom(32)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:  # made meanwhile by another writer: use that one
+        return repo_key(git_dir)
+    try:
+        os.write(fd, fresh)
+        os.fsync(fd)  # losing it would make every redacted value incomparable
+    finally:
+        os.close(fd)
+    return fresh
+
+
+def redact(value: Value, key: bytes) -> str:
+    if is_redacted(value):
+        return str(value)  # already a hash: never hash twice
+    digest = hmac.new(key, canonical_text(value).encode("utf-8"), hashlib.sha256).hexdigest()
+    return PREFIX + digest
