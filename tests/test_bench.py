@@ -25,6 +25,12 @@ def test_write_and_render_bench_quick() -> None:
     assert 'python -c "import json"' in text and "x" in text
 
 
+def test_structured_bench_quick() -> None:
+    """structured.py --quick compares a 2 KB structured value with a scalar."""
+    text = _run("structured.py")
+    assert "2 KB structure (plan)" in text and "wake-up" in text
+
+
 def test_history_bench_quick() -> None:
     """history.py --quick prints get / render / log medians per history length."""
     text = _run("history.py")
