@@ -94,13 +94,15 @@ class ApprovalMethods:
         return approvals.can_run(self.reader.state_at(head), self._policies(head), tool, args,
                                  self.now())
 
-    def consume_approval(self, approval_id: str, tool: str, args: Any, *,
+    def consume_approval(self, approval_id: str, tool: str | None = None, args: Any = None, *,
                          reason: str | None = None, actor: str | None = None,
                          request_id: str | None = None) -> WriteResult:
-        """Spend an approval as ``tool(args)`` runs (one commit). A retry with the same
-        ``request_id`` returns the first result; any other second consume is refused."""
+        """Spend an approval as its call runs (one commit); given ``tool`` and ``args``, they
+        must be exactly the approved call. A retry with the same ``request_id`` returns the
+        first result; any other second consume is refused."""
         who = rules.check_actor(actor or self.actor)
-        text = rules.check_reason(reason or f"run {tool} with approval {approval_id}")
+        text = rules.check_reason(reason or f"run {tool or 'the approved call'} with approval "
+                                  f"{approval_id}")
         request = requests.fingerprint(request_id, "approval.consume", approval_id, tool,
                                        args)
         return self.engine.write(lambda base: approvals.plan_consume(

@@ -110,10 +110,14 @@ def plan_decide(base: Base, policy_for: dict[str, Policy], writer: str, *, appro
                  "approve" if approve else "deny")
 
 
-def plan_consume(base: Base, *, approval_id: str, tool: str, args: Any, reason: str,
+def plan_consume(base: Base, *, approval_id: str, tool: str | None, args: Any, reason: str,
                  actor: str) -> Plan:
+    """Spend an approved, unexpired approval; ``tool`` and ``args`` None: the call it froze."""
     key, entry, value = _record(base.state, approval_id)
-    verdict = _verdict_for(key, entry, value, tool, args, base.now)
+    if tool is None:
+        tool = str(value.get("tool"))
+    verdict = _verdict_for(key, entry, value, tool, value.get("args") if args is None else args,
+                           base.now)
     if not verdict.ok:
         raise Refused(verdict.reason, rule="approval.not_runnable", approval_id=key[len(PREFIX):])
     return _plan(base, key, {**value, "status": "consumed"}, reason, actor, entry.expires_at,

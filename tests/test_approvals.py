@@ -78,6 +78,9 @@ def test_consume_checks_the_arguments_too(runtime: StateRepo, clock: Clock) -> N
     assert "argument changed" in exc.value.message
     with pytest.raises(Refused):
         runtime.consume_approval(approval, "wire", ARGS)  # another tool
+    runtime.consume_approval(approval)  # no call given: the approved one
+    with pytest.raises(Refused):
+        runtime.consume_approval(approval)
 
 
 def test_expiry_and_denial_never_let_it_run(runtime: StateRepo, clock: Clock) -> None:

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 from datetime import UTC, datetime
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -60,6 +61,40 @@ def test_round_trip_through_every_surface(repo: StateRepo, value: Any) -> None:
     # the section shows every value through inline() (runs of spaces collapsed)
     assert len(line) == 1 and line[0].startswith(f"- facts = {inline(compact)} (set ")
     assert values_match(json.loads(compact), value)
+    assert all(c.ok for c in audit.verify(repo, use_git=False))  # replay == the file
+
+
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StateRepo, StateRepo]]:
+    """An agent that pushes and a clone that pulls, through a bare repository."""
+    if GIT is None:
+        pytest.skip("git CLI not installed")
+    root = tmp_path_factory.mktemp("mirror")
+    bare = root / "remote.git"
+    subprocess.run([GIT, "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    a = StateRepo.init(root / "a")
+    a.store.set_remote_url(str(bare))
+    a.set("seed", 1, "first")
+    a.push()
+    b = StateRepo.clone(str(bare), root / "b")
+    yield a, b
+    a.close()
+    b.close()
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(value=STRUCTURES)
+def test_round_trip_through_push_and_pull(mirror: tuple[StateRepo, StateRepo],
+                                          value: Any) -> None:
+    """A structure pushed by one agent is the same structure in the clone that pulls it,
+    whose checks of commits from elsewhere accept it."""
+    a, b = mirror
+    a.set("facts", value, "pushed")
+    a.push()
+    b.pull()
+    assert b.state().keys["facts"].value == value
+    assert b.head() == a.head()
 
 
 def test_verify_push_and_pull_keep_structures(tmp_path: Path) -> None:
