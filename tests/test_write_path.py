@@ -163,12 +163,13 @@ def test_random_kills_lose_nothing(agent: Path) -> None:
 
 
 def test_a_commit_is_one_small_pack_and_packs_stay_few(tmp_path: Path) -> None:
-    """No loose objects; after 300 writes the packs are folded geometrically (a handful,
-    never more than the trigger); git and dulwich read everything; git gc keeps it all."""
+    """No loose objects; over 300 writes the packs are folded by tiers (never more than
+    FANOUT - 1 waiting in each of the three tiers 300 commits reach); git and dulwich read
+    everything; git gc keeps it all."""
     with StateRepo.init(tmp_path) as repo:
         for i in range(300):
             repo.set(f"k{i % 7}", i, f"write {i}")
-            assert repo.store.pack_count() <= packwrite.PACK_TRIGGER
+            assert repo.store.pack_count() <= 3 * (packwrite.FANOUT - 1) + 1
         head = repo.head()
     objects = tmp_path / "state" / ".git" / "objects"
     assert not [d for d in objects.iterdir() if len(d.name) == 2 and any(d.iterdir())]
@@ -186,11 +187,19 @@ def test_a_commit_is_one_small_pack_and_packs_stay_few(tmp_path: Path) -> None:
         assert len(repo.full_history()) == 301
 
 
-def test_geometric_merge_rule() -> None:
-    assert packwrite.geometric_merge({"a": 10}) == []
-    assert packwrite.geometric_merge({"a": 1, "b": 1, "big": 100}) == ["a", "b"]
-    assert packwrite.geometric_merge({"a": 1, "b": 2, "c": 4, "big": 100}) == ["a", "b", "c"]
-    assert packwrite.geometric_merge({"a": 1, "b": 3, "c": 9}) == []
+def test_tiered_merge_rule() -> None:
+    """A tier merges when it holds FANOUT packs, the lowest such tier first; bigger packs
+    wait in their own tiers."""
+    f, t0 = packwrite.FANOUT, packwrite.TIER0_BYTES
+    assert packwrite.tier(600) == 0 and packwrite.tier(t0) == 0
+    assert packwrite.tier(t0 + 1) == 1 and packwrite.tier(t0 * f + 1) == 2
+    small = {f"s{i}": 600 + i for i in range(f - 1)}
+    assert packwrite.tiered_merge({**small, "big": t0 * f * f}) == []
+    full = {**small, "s9": 700}
+    assert packwrite.tiered_merge({**full, "big": t0 * f * f}) == sorted(
+        full, key=lambda n: (full[n], n))
+    mid = {f"m{i}": t0 * 2 + i for i in range(f)}
+    assert packwrite.tiered_merge({**mid, **small}) == sorted(mid)  # tier 1 is the full one
 
 
 def test_a_damaged_working_file_is_repaired_not_reported(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ class PackOps(RepoBase):
     """Packing and inspection: loose objects, gc, disk usage, patches, object problems."""
 
     def consolidate(self) -> int:
-        """Fold small packs geometrically (``packwrite.consolidate``); never call it with
+        """Fold small packs, size-tiered (``packwrite.consolidate``); never call it with
         the write lock held. Returns the number of packs merged."""
         return packwrite.consolidate(self.git_dir, self.repo.object_store.object_format)
 

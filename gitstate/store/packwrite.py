@@ -7,13 +7,15 @@ must not end in ``.idx``), then renamed: the pack first, the index second, since
 sees a pack only once its index is there.
 
 Many tiny packs slow every read (each lookup walks the packs), so after a write, outside
-the write lock, :func:`consolidate` folds the small packs into one, geometrically: packs
-are merged when one is smaller than twice the sum of the smaller ones, so the sizes stay a
-geometric series (git's ``repack --geometric=2``) and the count stays logarithmic in the
-history. Folding copies the packs' entries as they are, compressed, by the offsets in their
-indexes (no inflating, no recompressing); a pack with deltas (one from ``git gc``) is left to
-``gitstate gc``. The merged pack is durable (fsynced, and its directory) before any old pack
-is removed, so an object is always in some complete pack.
+the write lock, :func:`consolidate` folds them, size-tiered (as LSM stores compact): packs
+fall into tiers by size, each tier ``FANOUT`` times the one below, and when a tier holds
+``FANOUT`` packs they are merged into one pack of the next tier. Every object is copied once
+per tier (about 5 tiers for a 100,000-commit history), so a write pays a fraction of a merge
+on average, and at most ``FANOUT - 1`` packs wait in each tier. Folding copies the packs'
+entries as they are, compressed, by the offsets in their indexes (no inflating, no
+recompressing); a pack with deltas (one from ``git gc``) or a merge over ``INLINE_MERGE_BYTES``
+is left to ``gitstate gc``. The merged pack is durable (fsynced, and its directory)
+before any old pack is removed, so an object is always in some complete pack.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ from ..layout import REPACK_LOCK_FILE
 from . import packfmt
 from .durability import Flush, fsync_dir
 
-INLINE_MERGE_LIMIT = 20_000  # objects; bigger merges are left to `gitstate gc`
-PACK_TRIGGER = 16  # complete packs before a write consolidates (amortized over writes)
+INLINE_MERGE_BYTES = 8 << 20  # a merged pack's size; bigger merges are left to `gitstate gc`
+FANOUT = 8  # packs in one tier before they merge into one of the next tier
+TIER0_BYTES = 4096  # tier 0: packs of a few commits (one commit's pack is about 600 bytes)
 
 
 def build(objects: Iterable[ShaFile], fmt: ObjectFormat) -> tuple[str, bytes, bytes]:
@@ -153,43 +156,65 @@ def pack_sizes(pack_dir: Path) -> dict[str, int]:
     return sizes
 
 
-def geometric_merge(sizes: dict[str, int]) -> list[str]:
-    """The packs to merge so that, sorted by size, each remaining pack is at least twice
-    the sum of all smaller ones (the smallest prefix that breaks the rule, and below)."""
-    ordered = sorted(sizes, key=lambda n: (sizes[n], n))
-    total, cut = 0, 0
-    for i, name in enumerate(ordered):
-        if i and sizes[name] < 2 * total:
-            cut = i + 1
-        total += sizes[name]
-    return ordered[:cut] if cut >= 2 else []
+def tier(size: int) -> int:
+    """A pack's tier: 0 up to TIER0_BYTES, then one more for every FANOUT times the size."""
+    level, bound = 0, TIER0_BYTES
+    while size > bound:
+        level, bound = level + 1, bound * FANOUT
+    return level
 
 
-def consolidate(git_dir: Path, fmt: ObjectFormat, limit: int = INLINE_MERGE_LIMIT,
-                trigger: int = PACK_TRIGGER) -> int:
-    """Merge small packs geometrically (see the module docstring); returns how many packs
-    were merged (0: nothing to do, or another process is doing it). Never under the write
-    lock: it adds a pack whose objects are already in others, then removes those."""
+def tiered_merge(sizes: dict[str, int], budget: int = INLINE_MERGE_BYTES) -> list[str]:
+    """The packs to merge: in the lowest tier holding FANOUT or more packs whose smallest
+    FANOUT fit in ``budget`` bytes together, the smallest packs that fit (at least FANOUT)."""
+    tiers: dict[int, list[str]] = {}
+    for name, size in sizes.items():
+        tiers.setdefault(tier(size), []).append(name)
+    for level in sorted(tiers):
+        members = sorted(tiers[level], key=lambda n: (sizes[n], n))
+        chosen, total = [], 0
+        for name in members:
+            if total + sizes[name] > budget:
+                break
+            chosen.append(name)
+            total += sizes[name]
+        if len(chosen) >= FANOUT:
+            return chosen
+    return []
+
+
+def consolidate(git_dir: Path, fmt: ObjectFormat, budget: int = INLINE_MERGE_BYTES) -> int:
+    """Merge a full tier of packs into one (see the module docstring); returns how many
+    packs were merged (0: nothing to do, or another process is doing it). Never under the
+    write lock: it adds a pack whose objects are already in others, then removes those.
+
+    Only what can be folded inline takes part: a tier whose packs together exceed
+    ``budget`` bytes, and packs with deltas or damage, are left to `gitstate gc`. Were they
+    counted, every write would start a merge only to give up, which once made writes at
+    100,000 commits ten times slower."""
     pack_dir = git_dir / "objects" / "pack"
-    if len(pack_names(pack_dir)) < trigger:  # the common case: one listing, no lock
+    if len(pack_names(pack_dir)) < FANOUT:  # the common case: one listing, no lock
+        return 0
+    sizes = {n: size for n, size in pack_sizes(pack_dir).items() if n not in _UNFOLDABLE}
+    if not tiered_merge(sizes, budget):  # a stat per pack; no index read, no lock
         return 0
     with locking.attempt(git_dir / REPACK_LOCK_FILE) as taken:
         if not taken:
             return 0
         sweep(pack_dir)
-        sizes = pack_sizes(pack_dir)
-        merge = geometric_merge(sizes) if len(sizes) >= trigger else []
-        if not merge:
-            return 0
+        sizes = {n: size for n, size in pack_sizes(pack_dir).items() if n not in _UNFOLDABLE}
         entries: dict[bytes, bytes] = {}  # object name -> raw entry
-        chosen: list[str] = []
-        for name in merge:  # smallest first, within the inline limit
+        chosen = tiered_merge(sizes, budget)
+        for name in chosen:
             raw = raw_entries(pack_dir / name, fmt)
-            if raw is None or len(entries) + len(raw) > limit:
-                break  # deltas (a pack from git gc), or too big: `gitstate gc` folds those
+            if raw is None:  # deltas or damage: its name is its content, so for good
+                _UNFOLDABLE.add(name)
+                return 0  # the next write chooses again without it
             entries.update(raw)
-            chosen.append(name)
         return _replace(pack_dir, chosen, entries, fmt) if len(chosen) >= 2 else 0
+
+
+_UNFOLDABLE: set[str] = set()  # packs (by name, a hash of their content) raw_entries refused
 
 
 def raw_entries(base: Path, fmt: ObjectFormat) -> dict[bytes, bytes] | None:
