@@ -34,7 +34,7 @@ from ..layout import REPACK_LOCK_FILE
 from . import packfmt
 from .durability import Flush, fsync_dir
 
-INLINE_MERGE_BYTES = 8 << 20  # a merged pack's size; bigger merges are left to `gitstate gc`
+INLINE_MERGE_BYTES = 32 << 20  # a merged pack's size; bigger merges are left to `gitstate gc`
 FANOUT = 8  # packs in one tier before they merge into one of the next tier
 TIER0_BYTES = 4096  # tier 0: packs of a few commits (one commit's pack is about 600 bytes)
 
