@@ -1,0 +1,400 @@
+"""Run ledgers (seed 003's goals and working memory): the pure core.
+
+A run is a goal record and a run state, changed only by typed events that the runtime
+applies; the model only proposes. This module holds the run's shape, every event's strict
+validation, the transition ``apply_event(run, event, writer, now) -> run`` and the rules the
+runtime enforces, and ``next_action(run, now)``: what comes after an event (continue,
+ask_approval, escalate or stop, with the reason). No I/O: where a run is stored (one commit
+per event on its own ref) is the caller's business, and folding the events of a ledger from
+its first reproduces the run exactly.
+
+Rules (each refusal is a RunRefused naming ``run.<rule>``):
+
+* a stopped run (cancelled, completed, failed, budget exhausted) accepts no further event;
+  a blocked run accepts questions, answers, approvals, failure and cancellation only;
+* a budget (iterations, tokens, cost, deadline) crossed records ``budget_exhausted`` with the
+  event that crossed it;
+* with risk high or critical, a step declared side-effecting waits for an approval: the run
+  is ``waiting_for_approval`` until ``approval_recorded`` (approved: continue; denied:
+  blocked; expired: approval_required again);
+* ``completed`` is refused unless every success criterion maps to a recorded evidence ref;
+* a tool result observed before the evidence already recorded for the same ref is stale;
+* ``question_answered`` needs an evidence ref and an open question;
+* writers: the agent may propose step_started, question_opened, question_answered, blocked
+  and completed; tool_result_recorded, budget_spent and failed are the runtime's;
+  approval_recorded and cancelled are the runtime's or a human's; the rest the runtime's or
+  a human's.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from datetime import datetime
+from typing import Any
+
+from .errors import Refused
+from .model import format_time, parse_time
+
+FORMAT = 1
+RISKS = ("low", "medium", "high", "critical")
+GOAL_STATUSES = ("active", "blocked", "waiting_for_approval", "completed", "cancelled",
+                 "failed")
+STOP_REASONS = ("success", "blocked", "approval_required", "budget_exhausted", "cancelled",
+                "failed")
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+TEXT_MAX = 2000
+LIST_MAX = 200
+
+# event type -> {field: (type, required)}; anything else is refused
+_STR, _INT, _BOOL, _LIST = "string", "integer", "boolean", "list"
+EVENTS: dict[str, dict[str, tuple[str, bool]]] = {
+    "steps_planned": {"steps": (_LIST, True)},
+    "step_started": {"step_id": (_STR, True), "description": (_STR, True),
+                     "side_effect": (_BOOL, False)},
+    "step_completed": {"step_id": (_STR, True)},
+    "tool_result_recorded": {"tool_call_id": (_STR, True), "evidence_ref": (_STR, True),
+                             "observed_at": (_STR, True)},
+    "approval_recorded": {"approval_id": (_STR, True), "decision": (_STR, True)},
+    "question_opened": {"question": (_STR, True)},
+    "question_answered": {"question": (_STR, True), "evidence_ref": (_STR, True)},
+    "blocked": {"reason": (_STR, True)},
+    "budget_spent": {"iterations": (_INT, False), "tokens": (_INT, False),
+                     "cost_cents": (_INT, False)},
+    "completed": {"result_ref": (_STR, True), "criteria_evidence": ("object", True)},
+    "cancelled": {"reason": (_STR, True)},
+    "failed": {"reason": (_STR, True)},
+}
+AGENT_EVENTS = frozenset({"step_started", "question_opened", "question_answered", "blocked",
+                          "completed"})
+RUNTIME_EVENTS = frozenset({"tool_result_recorded", "budget_spent", "failed"})
+STOPPED = frozenset({"success", "cancelled", "failed", "budget_exhausted"})
+
+
+class RunRefused(Refused):
+    """An event a rule of the run refuses (rule ``run.<name>``); nothing is recorded."""
+
+
+def _refuse(name: str, message: str, **details: Any) -> RunRefused:
+    return RunRefused(message, rule=f"run.{name}", **details)
+
+
+def check_run_id(run_id: object) -> str:
+    if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id) or ".." in run_id or \
+            run_id.endswith((".", ".lock")):
+        raise _refuse("id", "a run id is 1-64 of A-Z a-z 0-9 . _ - (starting with a letter or "
+                      "digit; no '..', not ending in '.' or '.lock')")
+    return run_id
+
+
+def _text(value: object, where: str) -> str:
+    from .rules import check_secret, check_value
+
+    if not isinstance(value, str) or not value.strip():
+        raise _refuse("invalid", f"{where} must be non-empty text")
+    if len(value) > TEXT_MAX:
+        raise _refuse("invalid", f"{where} is over {TEXT_MAX} characters")
+    check_value(value)  # one line, no control, invisible or bidi characters
+    check_secret(value, where)
+    return value
+
+
+def new_run(run_id: str, *, description: str, criteria: list[str], constraints: list[str],
+            risk: str, owner: str, now: datetime, budget: dict[str, Any]) -> dict[str, Any]:
+    """The run as ``goal_created`` makes it."""
+    check_run_id(run_id)
+    if risk not in RISKS:
+        raise _refuse("invalid", f"risk must be one of {', '.join(RISKS)}")
+    if not criteria:
+        raise _refuse("invalid", "a goal needs at least one observable success criterion")
+    for name in ("max_iterations", "max_tokens", "max_cost_cents"):
+        v = budget.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            raise _refuse("invalid", f"{name} must be a whole number > 0")
+    deadline = budget.get("deadline_at")
+    if deadline is not None:
+        deadline = format_time(parse_time(deadline))
+    stamp = format_time(now)
+    goal = {"goal_id": f"goal-{run_id}", "run_id": run_id, "owner": _text(owner, "owner"),
+            "description": _text(description, "the goal"),
+            "success_criteria": [_text(c, "a criterion") for c in criteria],
+            "constraints": [_text(c, "a constraint") for c in constraints],
+            "risk_class": risk, "status": "active", "created_at": stamp, "updated_at": stamp}
+    state = {"current_step": None, "completed_steps": [], "pending_steps": [],
+             "side_effect_steps": [], "open_questions": [], "constraints": list(
+                 goal["constraints"]),
+             "evidence_refs": [], "evidence_times": {}, "tool_result_refs": [],
+             "approval_refs": [], "awaiting_approval": None,
+             "budget_state": {"iteration_count": 0, "token_estimate": 0, "cost_cents": 0,
+                              "deadline_at": deadline,
+                              "max_iterations": budget.get("max_iterations"),
+                              "max_tokens": budget.get("max_tokens"),
+                              "max_cost_cents": budget.get("max_cost_cents")},
+             "criteria_evidence": {}, "result_ref": None, "stop_reason": None,
+             "stop_event": None, "version": 1}
+    return {"format": FORMAT, "goal": goal, "state": state}
+
+
+def validate_event(event: object) -> dict[str, Any]:
+    """An event, strictly: a known type, exactly its fields, each of its type."""
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        raise _refuse("invalid", 'an event is an object {"type": ..., fields}')
+    kind = event["type"]
+    fields = EVENTS.get(kind)
+    if fields is None:
+        raise _refuse("unknown_event", f"unknown event type {kind!r}; known: "
+                      f"{', '.join(sorted(EVENTS))}")
+    extra = sorted(set(event) - set(fields) - {"type"})
+    if extra:
+        raise _refuse("invalid", f"{kind}: unknown field {extra[0]!r}")
+    out: dict[str, Any] = {"type": kind}
+    for name, (kind_of, required) in fields.items():
+        if name not in event:
+            if required:
+                raise _refuse("invalid", f"{kind}: {name} is required")
+            continue
+        out[name] = _field(kind, name, kind_of, event[name])
+    return out
+
+
+def _field(kind: str, name: str, kind_of: str, value: Any) -> Any:
+    where = f"{kind}.{name}"
+    if kind_of == _STR:
+        return _text(value, where)
+    if kind_of == _BOOL:
+        if not isinstance(value, bool):
+            raise _refuse("invalid", f"{where} must be true or false")
+        return value
+    if kind_of == _INT:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**53:
+            raise _refuse("invalid", f"{where} must be a whole number >= 0")
+        return value
+    if kind_of == _LIST:
+        if not isinstance(value, list) or not value or len(value) > LIST_MAX:
+            raise _refuse("invalid", f"{where} must be a list of 1-{LIST_MAX} steps")
+        steps = []
+        for i, step in enumerate(value):
+            if not isinstance(step, dict) or set(step) - {"step_id", "description",
+                                                         "side_effect"} or \
+                    "step_id" not in step:
+                raise _refuse("invalid", f"{where}[{i}] must be {{step_id, description?, "
+                              "side_effect?}")
+            steps.append({"step_id": _text(step["step_id"], f"{where}[{i}].step_id"),
+                          "side_effect": bool(step.get("side_effect", False))})
+        return steps
+    if not isinstance(value, dict) or not value or len(value) > LIST_MAX:
+        raise _refuse("invalid", f"{where} must map each criterion to an evidence ref")
+    return {_text(k, f"{where} key"): _text(v, f"{where}[{k!r}]") for k, v in value.items()}
+
+
+def may_write(kind: str, writer: str) -> bool:
+    """Who may record an event of this type (the schema may narrow it; never widen it)."""
+    if writer == "agent":
+        return kind in AGENT_EVENTS
+    if kind in RUNTIME_EVENTS:
+        return writer == "runtime"
+    return writer in ("runtime", "human")
+
+
+def apply_event(run: dict[str, Any], event: dict[str, Any], writer: str,
+                now: datetime) -> dict[str, Any]:
+    """The run after ``event`` (validated), or RunRefused. Pure: ``run`` is not changed."""
+    event = validate_event(event)
+    kind = event["type"]
+    if not may_write(kind, writer):
+        raise _refuse("writer", f"{kind} may not be recorded by {writer}", writer=writer)
+    out = copy.deepcopy(run)
+    goal, state = out["goal"], out["state"]
+    stop = state["stop_reason"]
+    if stop in STOPPED:
+        raise _refuse("stopped", f"the run stopped ({stop}); it accepts no {kind}",
+                      stop_reason=stop)
+    if stop == "blocked" and kind not in ("question_answered", "approval_recorded",
+                                          "cancelled", "failed", "question_opened"):
+        raise _refuse("blocked", f"the run is blocked; answer its open questions or record "
+                      f"an approval before {kind}", open_questions=state["open_questions"])
+    waiting = state["awaiting_approval"]
+    if waiting is not None and kind not in ("approval_recorded", "cancelled", "failed",
+                                            "question_opened", "budget_spent"):
+        raise _refuse("awaiting_approval", f"step {waiting} waits for an approval; {kind} "
+                      "is not accepted meanwhile", step_id=waiting)
+    _APPLY[kind](goal, state, event, now)
+    state["version"] += 1
+    goal["updated_at"] = format_time(now)
+    _budget(state, kind, now)
+    goal["status"] = _status(state)
+    return out
+
+
+def _steps_planned(goal: dict[str, Any], state: dict[str, Any], e: dict[str, Any],
+                   now: datetime) -> None:
+    for step in e["steps"]:
+        if step["step_id"] not in state["pending_steps"] and \
+                step["step_id"] not in state["completed_steps"]:
+            state["pending_steps"].append(step["step_id"])
+        if step["side_effect"] and step["step_id"] not in state["side_effect_steps"]:
+            state["side_effect_steps"].append(step["step_id"])
+
+
+def _step_started(goal: dict[str, Any], state: dict[str, Any], e: dict[str, Any],
+                  now: datetime) -> None:
+    step = e["step_id"]
+    if step in state["completed_steps"]:
+        raise _refuse("step_done", f"step {step} is completed already")
+    state["current_step"] = step
+    if step in state["pending_steps"]:
+        state["pending_steps"].remove(step)
+    side = e.get("side_effect", False) or step in state["side_effect_steps"]
+    if side and goal["risk_class"] in ("high", "critical"):
+        state["awaiting_approval"] = step
+        state["stop_reason"] = "approval_required"
+
+
+def _step_completed(goal: dict[str, Any], state: dict[str, Any], e: dict[str, Any],
+                    now: datetime) -> None:
+    step = e["step_id"]
+    if state["current_step"] != step:
+        raise _refuse("not_current", f"step {step} is not the current step "
+                      f"({state['current_step']})")
+    state["completed_steps"].append(step)
+    state["current_step"] = None
+
+
+def _tool_result(goal: dict[str, Any], state: dict[str, Any], e: dict[str, Any],
+                 now: datetime) -> None:
+    ref, observed = e["evidence_ref"], format_time(parse_time(e["observed_at"]))
+    known = state["evidence_times"].get(ref)
+    if known is not None and parse_time(observed) < parse_time(known):
+        raise _refuse("stale", f"a result for {ref} observed at {observed} is older than the "
+                      f"evidence recorded for it ({known})", evidence_ref=ref)
+    if e["tool_call_id"] in state["tool_result_refs"]:
+        raise _refuse("duplicate", f"tool call {e['tool_call_id']} is recorded already")
+    state["tool_result_refs"].append(e["tool_call_id"])
+    if ref not in state["evidence_refs"]:
+        state["evidence_refs"].append(ref)
+    state["evidence_times"][ref] = observed
+
+
+def _approval(goal: dict[str, Any], state: dict[str, Any], e: dict[str, Any],
+              now: datetime) -> None:
+    decision = e["decision"]
+    if decision not in ("approved", "denied", "expired"):
+        raise _refuse("invalid", "approval_recorded.decision must be approved, denied or "
+                      "expired")
+    state["approval_refs"].append(e["approval_id"])
+    if decision == "approved":
+        state["awaiting_approval"] = None
+        state["stop_reason"] = None
+    elif decision == "denied":
+        state["awaiting_approval"] = None
+        state["stop_reason"] = "blocked"
+    else:  # expired: ask again
+        state["stop_reason"] = "approval_required"
+
+
+def _question_opened(goal: dict[str, Any], state: dict[str, Any], e: dict[str, Any],
+                     now: datetime) -> None:
+    if e["question"] not in state["open_questions"]:
+        state["open_questions"].append(e["question"])
+
+
+def _question_answered(goal: dict[str, Any], state: dict[str, Any], e: dict[str, Any],
+                       now: datetime) -> None:
+    if e["question"] not in state["open_questions"]:
+        raise _refuse("no_question", "that question is not open")
+    state["open_questions"].remove(e["question"])
+    if e["evidence_ref"] not in state["evidence_refs"]:
+        state["evidence_refs"].append(e["evidence_ref"])
+    if state["stop_reason"] == "blocked" and not state["open_questions"] and \
+            state["awaiting_approval"] is None:
+        state["stop_reason"] = None
+
+
+def _blocked(goal: dict[str, Any], state: dict[str, Any], e: dict[str, Any],
+             now: datetime) -> None:
+    state["stop_reason"] = "blocked"
+    if e["reason"] not in state["open_questions"]:
+        state["open_questions"].append(e["reason"])
+
+
+def _budget_spent(goal: dict[str, Any], state: dict[str, Any], e: dict[str, Any],
+                  now: datetime) -> None:
+    budget = state["budget_state"]
+    budget["iteration_count"] += e.get("iterations", 0)
+    budget["token_estimate"] += e.get("tokens", 0)
+    budget["cost_cents"] += e.get("cost_cents", 0)
+
+
+def _completed(goal: dict[str, Any], state: dict[str, Any], e: dict[str, Any],
+               now: datetime) -> None:
+    given = e["criteria_evidence"]
+    missing = [c for c in goal["success_criteria"]
+               if c not in given or given[c] not in state["evidence_refs"]]
+    if missing:
+        raise _refuse("criteria_unmet", f"{len(missing)} success criteria have no recorded "
+                      f"evidence: {'; '.join(missing)}", unmet=missing)
+    state["criteria_evidence"] = dict(given)
+    state["result_ref"] = e["result_ref"]
+    state["stop_reason"] = "success"
+
+
+def _cancelled(goal: dict[str, Any], state: dict[str, Any], e: dict[str, Any],
+               now: datetime) -> None:
+    state["stop_reason"] = "cancelled"
+
+
+def _failed(goal: dict[str, Any], state: dict[str, Any], e: dict[str, Any],
+            now: datetime) -> None:
+    state["stop_reason"] = "failed"
+
+
+_APPLY = {"steps_planned": _steps_planned, "step_started": _step_started,
+          "step_completed": _step_completed, "tool_result_recorded": _tool_result,
+          "approval_recorded": _approval, "question_opened": _question_opened,
+          "question_answered": _question_answered, "blocked": _blocked,
+          "budget_spent": _budget_spent, "completed": _completed, "cancelled": _cancelled,
+          "failed": _failed}
+
+
+def _budget(state: dict[str, Any], kind: str, now: datetime) -> None:
+    """A budget crossed stops the run, naming the event that crossed it."""
+    if state["stop_reason"] in STOPPED:
+        return
+    b = state["budget_state"]
+    crossed = [name for name, used, cap in (
+        ("iterations", b["iteration_count"], b["max_iterations"]),
+        ("tokens", b["token_estimate"], b["max_tokens"]),
+        ("cost", b["cost_cents"], b["max_cost_cents"])) if cap is not None and used > cap]
+    if b["deadline_at"] is not None and now > parse_time(b["deadline_at"]):
+        crossed.append("deadline")
+    if crossed:
+        state["stop_reason"] = "budget_exhausted"
+        state["stop_event"] = {"type": kind, "version": state["version"], "crossed": crossed}
+
+
+def _status(state: dict[str, Any]) -> str:
+    return {"success": "completed", "cancelled": "cancelled", "failed": "failed",
+            "budget_exhausted": "failed", "blocked": "blocked",
+            "approval_required": "waiting_for_approval"}.get(state["stop_reason"] or "",
+                                                              "active")
+
+
+def next_action(run: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """What the runtime does next: continue, retry, ask_approval, escalate or stop."""
+    state, goal = run["state"], run["goal"]
+    stop = state["stop_reason"]
+    if stop in STOPPED:
+        return {"action": "stop", "reason": stop}
+    if stop == "approval_required":
+        return {"action": "ask_approval", "reason": f"step {state['awaiting_approval']} has a "
+                "side effect and the goal's risk is " + goal["risk_class"]}
+    if stop == "blocked":
+        return {"action": "escalate", "reason": "blocked: " + "; ".join(
+            state["open_questions"]) if state["open_questions"] else "blocked"}
+    if state["current_step"] is not None:
+        return {"action": "continue", "reason": f"step {state['current_step']} is running"}
+    if state["pending_steps"]:
+        return {"action": "continue", "reason": f"next step: {state['pending_steps'][0]}"}
+    unmet = [c for c in goal["success_criteria"] if c not in state["criteria_evidence"]]
+    return {"action": "continue", "reason": "no steps planned; criteria unmet: "
+            + "; ".join(unmet)}
