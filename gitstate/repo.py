@@ -15,7 +15,7 @@ import errno
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import locking, maintenance, planners, requests, rules
 from .approval_api import ApprovalMethods
@@ -42,6 +42,9 @@ from .schema import WRITERS, Schema, parse_schema
 from .store import GitStore
 from .sync import Remote, clone
 from .trailers import Change
+
+if TYPE_CHECKING:
+    from .ledger import Ledger
 
 HISTORY_IN_GET = 20
 
@@ -92,6 +95,13 @@ class StateRepo(ApprovalMethods):
         if self.store.head() is None:
             raise NotInitialized(f"{self.state_dir} has no commit on main; run `gitstate init`")
         self.tree.repair_on_open()
+
+    @property
+    def runs(self) -> Ledger:
+        """The run ledgers of this repository (refs/heads/runs/*, never main)."""
+        from .ledger import Ledger
+
+        return Ledger(self)
 
     @property
     def durability(self) -> str:
