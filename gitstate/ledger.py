@@ -24,7 +24,10 @@ from .errors import StoreError
 from .trailers import encode_json
 
 if TYPE_CHECKING:
-    from .repo import StateRepo
+    from collections.abc import Callable
+
+    from .config import Config
+    from .store import GitStore
 
 PREFIX = "refs/heads/runs/"
 RUN_FILE = "run.json"
@@ -77,9 +80,10 @@ def parse(raw: bytes) -> tuple[str, dict[str, str]]:
 class Ledger:
     """The runs of one state repository (the runtime's Python API)."""
 
-    def __init__(self, repo: StateRepo) -> None:
-        self.repo = repo
-        self.store = repo.store
+    def __init__(self, store: GitStore, config: Config, clock: Callable[[], datetime], *,
+                 writer: str, actor: str) -> None:
+        self.store, self.config, self.clock = store, config, clock
+        self.writer, self.actor = writer, actor
 
     def _ref(self, run_id: str) -> str:
         return PREFIX + runs.check_run_id(run_id)
@@ -88,7 +92,7 @@ class Ledger:
         return locking.exclusive(self.store.git_dir / f"gitstate-run-{run_id}.flock")
 
     def _now(self) -> datetime:
-        return self.repo.now().astimezone(UTC).replace(microsecond=0)
+        return self.clock().astimezone(UTC).replace(microsecond=0)
 
     def read(self, run_id: str, commit: str | None = None) -> RunView:
         ref = self._ref(run_id)
@@ -114,7 +118,7 @@ class Ledger:
         now = self._now()
         run = runs.new_run(run_id, description=description, criteria=list(criteria),
                            constraints=list(constraints or []), risk=risk,
-                           owner=owner or self.repo.actor, now=now, budget=budget or {})
+                           owner=owner or self.actor, now=now, budget=budget or {})
         event = {"type": "goal_created", "description": description,
                  "criteria": list(criteria), "constraints": list(constraints or []),
                  "risk": risk, "owner": run["goal"]["owner"], "budget": budget or {}}
@@ -124,7 +128,7 @@ class Ledger:
                 if earlier is not None:
                     return earlier
                 raise runs.RunRefused(f"run {run_id!r} exists already", rule="run.exists")
-            return self._commit(run_id, None, run, event, reason, self.repo.writer,
+            return self._commit(run_id, None, run, event, reason, self.writer,
                                 request_id, now)
 
     def event(self, run_id: str, event: dict[str, Any], reason: str, *,
@@ -133,7 +137,7 @@ class Ledger:
         from .rules import check_reason
 
         reason = check_reason(reason)
-        who = writer or self.repo.writer
+        who = writer or self.writer
         with self._lock(run_id):
             earlier = self._replayed(run_id, request_id)
             if earlier is not None:
@@ -153,7 +157,7 @@ class Ledger:
 
         commit = self.store.commit(base, {RUN_FILE: data},
                                    message(reason, run_id, event, writer, request_id),
-                                   identity(self.repo.config), int(now.timestamp()),
+                                   identity(self.config), int(now.timestamp()),
                                    ref=self._ref(run_id))
         if commit is None:  # the ref moved outside our lock: another tool writes it
             raise StoreError(f"{self._ref(run_id)} moved while writing", rule="store.contention")

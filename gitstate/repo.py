@@ -101,7 +101,7 @@ class StateRepo(ApprovalMethods):
         """The run ledgers of this repository (refs/heads/runs/*, never main)."""
         from .ledger import Ledger
 
-        return Ledger(self)
+        return Ledger(self.store, self.config, self.now, writer=self.writer, actor=self.actor)
 
     @property
     def durability(self) -> str:

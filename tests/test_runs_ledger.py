@@ -118,3 +118,29 @@ def test_listing_many_runs(repo: StateRepo) -> None:
     listed = repo.runs.listing()
     assert [r["run_id"] for r in listed] == [f"run-{i:03d}" for i in range(12)]
     assert {r["run_id"]: r["status"] for r in listed}["run-003"] == "cancelled"
+
+
+def test_the_run_commands(repo: StateRepo) -> None:
+    from tests.helpers import run_cli
+
+    d = repo.agent_dir
+    out = run_cli("run", "start", "r1", "--goal", "refund O-104", "--criterion",
+                  "refund issued", "--risk", "high", "--max-tokens", "100", "--reason", "go",
+                  "--json", agent_dir=d)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["goal"]["risk_class"] == "high"
+    refused = run_cli("run", "event", "r1", '{"type": "budget_spent", "tokens": 150}',
+                      "--reason", "spent", agent_dir=d)
+    assert refused.returncode == 1 and "[run.writer]" in refused.stderr  # a human
+    spent = run_cli("run", "event", "r1", '{"type": "budget_spent", "tokens": 150}',
+                    "--reason", "spent", "--as", "runtime", "--json", agent_dir=d)
+    assert json.loads(spent.stdout)["state"]["stop_reason"] == "budget_exhausted"
+    nxt = run_cli("run", "next", "r1", "--json", agent_dir=d)
+    assert json.loads(nxt.stdout) == {"action": "stop", "reason": "budget_exhausted"}
+    assert run_cli("run", "verify", "r1", agent_dir=d).returncode == 0
+    listed = json.loads(run_cli("run", "list", "--json", agent_dir=d).stdout)["runs"]
+    assert [(r["run_id"], r["stop_reason"]) for r in listed] == [("r1", "budget_exhausted")]
+    bad = run_cli("run", "event", "r1", "[1]", "--reason", "x", agent_dir=d)
+    assert bad.returncode == 2 and "[usage.json]" in bad.stderr
+    unknown = run_cli("run", "show", "nope", agent_dir=d)
+    assert unknown.returncode == 1 and "[run.unknown]" in unknown.stderr

@@ -42,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "approvals": "approvals:approvals",
     "approve": "approvals:approve",
     "deny": "approvals:deny",
+    "run": "runs:run",
     "remote": "remote:remote",
     "clone": "remote:clone",
     "push": "remote:push",

@@ -424,15 +424,6 @@ class RepoBase:
             self.flush.directory(directory)
         return True
 
-    def refs_under(self, prefix: str) -> dict[str, str]:
-        """Every loose or packed ref below ``prefix`` (``refs/heads/runs/``): name -> id."""
-        out = {}
-        for name in self.repo.refs.keys(base=Ref(prefix.rstrip("/").encode())):
-            with contextlib.suppress(KeyError):
-                out[name.decode("utf-8", "replace")] = \
-                    self.repo.refs[Ref(prefix.encode() + name)].decode()
-        return out
-
     def ref(self, name: str) -> str | None:
         try:
             return self.repo.refs[Ref(name.encode())].decode()

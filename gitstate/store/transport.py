@@ -22,6 +22,15 @@ from .fs import created_dirs, fsync_file, is_local
 class TransportOps(RepoBase):
     """Remotes: the URL, fetch into a quarantine, push with a lease."""
 
+    def refs_under(self, prefix: str) -> dict[str, str]:
+        """Every loose or packed ref below ``prefix`` (``refs/heads/runs/``): name -> id."""
+        out = {}
+        for name in self.repo.refs.keys(base=Ref(prefix.rstrip("/").encode())):
+            with contextlib.suppress(KeyError):
+                out[name.decode("utf-8", "replace")] = \
+                    self.repo.refs[Ref(prefix.encode() + name)].decode()
+        return out
+
     def remote_url(self) -> str | None:
         config = self.repo.get_config()
         try:

@@ -1,0 +1,154 @@
+"""`gitstate run ...`: run ledgers on the command line (the CLI is a human; `--as runtime`
+makes it the runtime, for a gateway written in shell)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..errors import UsageError
+from .context import Ctx, emit, json_option, parse_json_value
+
+
+@click.group()
+def run() -> None:
+    """Runs: a goal and its working state, one commit per event on refs/heads/runs/RUN_ID.
+
+    \b
+    gitstate run start refund-O-104 --goal "refund order O-104" \\
+        --criterion "refund issued" --risk high --reason "customer asked"
+    gitstate run event refund-O-104 '{"type": "question_opened", "question": "amount?"}' \\
+        --reason "unclear"
+    gitstate run show refund-O-104
+    """
+
+
+def _text(view: Any) -> str:
+    goal, state, nxt = view["goal"], view["state"], view["next"]
+    lines = [f"run {view['run_id']} ({goal['status']}, risk {goal['risk_class']}) at "
+             f"{view['head'][:12]}", f"goal: {goal['description']}"]
+    lines += [f"  criterion: {c}" for c in goal["success_criteria"]]
+    if state["current_step"]:
+        lines.append(f"current step: {state['current_step']}")
+    if state["pending_steps"]:
+        lines.append("pending: " + ", ".join(state["pending_steps"]))
+    lines += [f"open question: {q}" for q in state["open_questions"]]
+    if state["stop_reason"]:
+        lines.append(f"stop reason: {state['stop_reason']}")
+    lines.append(f"next: {nxt['action']} ({nxt['reason']})")
+    return "\n".join(lines)
+
+
+@run.command()
+@click.argument("run_id")
+@click.option("--goal", "description", required=True, help="What the run must achieve.")
+@click.option("--criterion", "criteria", multiple=True, required=True,
+              help="An observable success criterion (repeat for each).")
+@click.option("--constraint", "constraints", multiple=True, help="A constraint (repeatable).")
+@click.option("--risk", type=click.Choice(["low", "medium", "high", "critical"]),
+              default="low", show_default=True)
+@click.option("--owner", help="Who owns the goal (default: the actor).")
+@click.option("--max-iterations", type=int)
+@click.option("--max-tokens", type=int)
+@click.option("--max-cost-cents", type=int)
+@click.option("--deadline", help="ISO 8601 time after which the run stops.")
+@click.option("--reason", "-r", required=True, help="Why: becomes the commit message.")
+@click.option("--request-id", help="Idempotency key.")
+@json_option
+@click.pass_obj
+def start(obj: Ctx, run_id: str, description: str, criteria: tuple[str, ...],
+          constraints: tuple[str, ...], risk: str, owner: str | None,
+          max_iterations: int | None, max_tokens: int | None, max_cost_cents: int | None,
+          deadline: str | None, reason: str, request_id: str | None, as_json: bool) -> None:
+    """Create run RUN_ID with its goal (goal_created: the ref's first commit)."""
+    budget = {k: v for k, v in (("max_iterations", max_iterations), ("max_tokens", max_tokens),
+                                ("max_cost_cents", max_cost_cents), ("deadline_at", deadline))
+              if v is not None}
+    with obj.repo() as repo:
+        view = repo.runs.start(run_id, description=description, criteria=list(criteria),
+                               constraints=list(constraints), risk=risk, owner=owner,
+                               budget=budget, reason=reason, request_id=request_id)
+    emit(view.to_dict(), as_json, _text)
+
+
+@run.command()
+@click.argument("run_id")
+@click.argument("event_json")
+@click.option("--reason", "-r", required=True, help="Why: becomes the commit message.")
+@click.option("--as", "writer", type=click.Choice(["human", "runtime"]), default="human",
+              show_default=True, help="Record as the runtime (a gateway in shell).")
+@click.option("--request-id", help="Idempotency key: a retry returns the first result.")
+@json_option
+@click.pass_obj
+def event(obj: Ctx, run_id: str, event_json: str, reason: str, writer: str,
+          request_id: str | None, as_json: bool) -> None:
+    """Apply one event (EVENT_JSON: {"type": ..., fields}) to run RUN_ID: one commit."""
+    data = parse_json_value(event_json, "EVENT_JSON")
+    if not isinstance(data, dict):
+        raise UsageError('EVENT_JSON is an object {"type": ..., fields}', rule="usage.json")
+    with obj.repo() as repo:
+        view = repo.runs.event(run_id, data, reason, writer=writer, request_id=request_id)
+    emit(view.to_dict(), as_json, _text)
+
+
+@run.command()
+@click.argument("run_id")
+@click.option("--reason", "-r", required=True)
+@json_option
+@click.pass_obj
+def cancel(obj: Ctx, run_id: str, reason: str, as_json: bool) -> None:
+    """Cancel run RUN_ID: it accepts no further step."""
+    with obj.repo() as repo:
+        view = repo.runs.event(run_id, {"type": "cancelled", "reason": reason}, reason)
+    emit(view.to_dict(), as_json, _text)
+
+
+@run.command()
+@click.argument("run_id")
+@json_option
+@click.pass_obj
+def show(obj: Ctx, run_id: str, as_json: bool) -> None:
+    """The run's goal, state and next action, at its ref's head."""
+    with obj.repo() as repo:
+        view = repo.runs.read(run_id)
+    emit(view.to_dict(), as_json, _text)
+
+
+@run.command("next")
+@click.argument("run_id")
+@json_option
+@click.pass_obj
+def next_(obj: Ctx, run_id: str, as_json: bool) -> None:
+    """What the runtime does next: continue, ask_approval, escalate or stop, and why."""
+    with obj.repo() as repo:
+        nxt = repo.runs.read(run_id).next
+    emit(nxt, as_json, f"{nxt['action']}: {nxt['reason']}")
+
+
+@run.command("list")
+@json_option
+@click.pass_obj
+def list_(obj: Ctx, as_json: bool) -> None:
+    """Every run with its status and stop reason."""
+    with obj.repo() as repo:
+        items = repo.runs.listing()
+    emit({"runs": items}, as_json, lambda d: "\n".join(
+        f"{r['run_id']}  {r.get('status', 'damaged')}  {r.get('stop_reason') or ''}"
+        for r in d["runs"]) or "(no runs)")
+
+
+@run.command()
+@click.argument("run_id")
+@json_option
+@click.pass_obj
+def verify(obj: Ctx, run_id: str, as_json: bool) -> None:
+    """Replay RUN_ID from its first commit; exit 1 unless every run.json matches."""
+    from ..errors import Refused
+
+    with obj.repo() as repo:
+        problems = repo.runs.verify(run_id)
+    emit({"run_id": run_id, "ok": not problems, "problems": problems}, as_json,
+         "ok: the ledger replays exactly" if not problems else "\n".join(problems))
+    if problems:
+        raise Refused(f"run {run_id} does not replay: {problems[0]}", rule="run.replay")
