@@ -10,9 +10,9 @@ picks there), the median ms of ``StateRepo.set`` next to the plain JSON store (r
 fsync + rename, JSONL append + fsync) and the git CLI's plumbing with ``core.fsync=all``, on
 the same file system, interleaved in blocks so that all see the same noise. Then the system
 calls of one write (``strace -c`` over 200 writes in a child process, per write): fsyncs
-(fsync, fdatasync, sync_file_range), opens, renames. Last, per file system, what replacing
-one re-derivable 3 KB file costs: a temporary file renamed over it (``atomic_write``) against
-the spare exchanged with it (``swap_write``).
+(fsync and fdatasync; sync_file_range, "sfr", starts and waits apart), opens, renames.
+Last, per file system, what replacing one re-derivable 3 KB file costs: a temporary file
+renamed over it (``atomic_write``) against the spare exchanged with it (``swap_write``).
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def syscalls(root: Path, mode: str) -> dict[str, float] | None:
     def per_write(*names: str) -> float:
         return sum(calls.get(n, 0) - base.get(n, 0) for n in names) / STRACE_WRITES
 
-    return {"fsyncs": per_write("fsync", "fdatasync", "sync_file_range"),
+    return {"fsyncs": per_write("fsync", "fdatasync"), "sfr": per_write("sync_file_range"),
             "opens": per_write("openat", "open"),
             "renames": per_write("rename", "renameat", "renameat2")}
 
@@ -159,7 +159,7 @@ def main() -> None:
     print(f"durable set, median ms of {n} writes (git CLI: {n_cli}); "
           "x = ratio to the plain store, and how many times faster than the git CLI")
     print(f"  {'file system':<20}{'mode':<14}{'ms':>8}{'vs plain':>10}{'vs git CLI':>12}"
-          f"{'fsyncs':>8}{'opens':>7}{'renames':>9}")
+          f"{'fsyncs':>8}{'sfr':>6}{'opens':>7}{'renames':>9}")
     replacing = []
     for kind in args.fs:
         with file_system(kind) as root:
@@ -175,7 +175,7 @@ def main() -> None:
             for mode in ("strict", "fast"):
                 calls = syscalls(root, mode) if not args.quick else None
                 label = mode + (" (auto)" if mode == auto else "")
-                tail = (f"{calls['fsyncs']:>8.1f}{calls['opens']:>7.1f}"
+                tail = (f"{calls['fsyncs']:>8.1f}{calls['sfr']:>6.1f}{calls['opens']:>7.1f}"
                         f"{calls['renames']:>9.1f}") if calls else ""
                 print(f"  {described:<20}{label:<14}{figures[mode]:>8.3f}"
                       f"{figures[mode] / figures['plain']:>9.2f}x"

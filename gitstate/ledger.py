@@ -15,12 +15,12 @@ neither with main nor with each other. A retried request id returns the first re
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from . import locking, runs
 from .errors import StoreError
+from .results import RunView
 from .trailers import encode_json
 
 if TYPE_CHECKING:
@@ -33,22 +33,6 @@ PREFIX = "refs/heads/runs/"
 RUN_FILE = "run.json"
 RUN_MAX_BYTES = 1 << 20
 _TRAILERS = ("Run", "Event", "Writer", "Request")
-
-
-@dataclass
-class RunView:
-    """A run as read at one commit of its ref, with what comes next."""
-
-    run_id: str
-    head: str
-    goal: dict[str, Any]
-    state: dict[str, Any]
-    next: dict[str, Any]
-    replayed: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "head": self.head, "goal": self.goal,
-                "state": self.state, "next": self.next, "replayed": self.replayed}
 
 
 def message(reason: str, run_id: str, event: dict[str, Any], writer: str,

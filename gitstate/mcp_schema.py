@@ -89,3 +89,4 @@ def output_model(cls: type, required: list[str]) -> type[BaseModel]:
 
 WriteOut = output_model(results.WriteResult, ["op", "commit", "live_keys", "max_keys"])
 StateOut = output_model(results.StateView, ["head", "now", "keys", "live_keys", "max_keys"])
+RunOut = output_model(results.RunView, ["run_id", "head", "goal", "state", "next"])

@@ -40,7 +40,7 @@ from pydantic import Field
 
 from . import textsafe
 from .errors import GitStateError
-from .mcp_schema import StateOut, WriteOut
+from .mcp_schema import RunOut, StateOut, WriteOut
 from .planners import UNSET, Expected
 from .repo import StateRepo
 from .results import refusal, to_json
@@ -225,6 +225,33 @@ def build_server(agent_dir: str | Path) -> MCPServer:
         "recent history of changes, the commit id, the live-key count and the cap."))
     def working_state_get() -> Annotated[CallToolResult, StateOut]:
         return call("working_state_get", repo.get)
+
+    @server.tool(name="run_get", annotations=READ, description=(
+        "Read a run (refs/heads/runs/<run_id>): its goal and success criteria, its state "
+        "(current and pending steps, open questions, evidence, approvals, budget, stop "
+        "reason) and what the runtime does next."))
+    def run_get(run_id: Annotated[str, Field(max_length=64, description="The run id.")]
+                ) -> Annotated[CallToolResult, RunOut]:
+        return call("run_get", lambda: repo.runs.read(run_id))
+
+    @server.tool(name="run_propose", annotations=WRITE, description=(
+        "Propose one event for a run (one audited commit when the runtime's rules accept "
+        "it). You may propose step_started {step_id, description}, question_opened "
+        "{question}, question_answered {question, evidence_ref}, blocked {reason} and "
+        "completed {result_ref, criteria_evidence: {criterion: evidence_ref}}; tool results, "
+        "budgets, approvals and cancellation are the runtime's. A refusal names its rule "
+        "(run.criteria_unmet, run.awaiting_approval, run.stopped ...). Pass a request_id to "
+        "make a retry safe."))
+    def run_propose(
+        run_id: Annotated[str, Field(max_length=64, description="The run id.")],
+        event: Annotated[dict[str, Any], Field(description='The event: {"type": ..., '
+                                               "fields}.")],
+        reason: Annotated[str, Field(max_length=4000, description="Why; becomes the commit "
+                                     "message.")],
+        request_id: RequestId = None,
+    ) -> Annotated[CallToolResult, RunOut]:
+        return call("run_propose", lambda: repo.runs.event(
+            run_id, event, reason, writer="agent", request_id=request_id))
 
     @server.resource(SECTION_URI, name="working-state-section", mime_type="text/plain",
                      description="The section injected at the tail of every wake-up's prompt.")

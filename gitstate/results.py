@@ -84,6 +84,30 @@ class WriteResult:
 
 
 @dataclass
+class RunView:
+    """A run as read at one commit of its ref (refs/heads/runs/<run_id>), and what comes
+    next (docs/runs.md)."""
+
+    run_id: str = field(metadata=doc("The run."))
+    head: str = field(metadata=doc("The commit of the run's ref this was read at."))
+    goal: dict[str, Any] = field(metadata=doc(
+        "The goal record: description, success_criteria, constraints, risk_class, status..."))
+    state: dict[str, Any] = field(metadata=doc(
+        "The run state: current_step, pending_steps, open_questions, evidence_refs, "
+        "approval_refs, budget_state, stop_reason, version..."))
+    next: dict[str, Any] = field(metadata=doc(
+        "What the runtime does next: action (continue, ask_approval, escalate, stop) and "
+        "reason."))
+    replayed: bool = field(default=False, metadata=doc(
+        "True when this answers a retried request_id (no new commit)."))
+    ok: Literal[True] = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "head": self.head, "goal": self.goal,
+                "state": self.state, "next": self.next, "replayed": self.replayed}
+
+
+@dataclass
 class DiscardResult:
     """A hand edit moved aside and the file restored to HEAD (``adopt --discard``)."""
 

@@ -136,4 +136,5 @@ def test_codex_app_server_lists_the_tools(hosts: Path,
     server = next(s for s in status["result"]["data"] if s["name"] == "gitstate")
     assert server["serverInfo"]["name"] == "gitstate" and server["serverInfo"]["version"]
     assert set(server["tools"]) == {"working_state_set", "working_state_clear",
-                                    "working_state_handoff", "working_state_get"}
+                                    "working_state_handoff", "working_state_get",
+                                    "run_get", "run_propose"}

@@ -57,7 +57,7 @@ async def test_tools_schemas_and_annotations(agent: Path) -> None:
     async with connect(agent) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
     assert set(tools) == {"working_state_set", "working_state_clear", "working_state_handoff",
-                          "working_state_get"}
+                          "working_state_get", "run_get", "run_propose"}
     s = tools["working_state_set"]
     assert set(s.input_schema["required"]) == {"key", "value", "reason"}
     assert {"ttl_hours", "expected_value"} <= set(s.input_schema["properties"])
@@ -67,7 +67,7 @@ async def test_tools_schemas_and_annotations(agent: Path) -> None:
     for name, tool in tools.items():
         assert tool.output_schema is not None, name
         assert tool.annotations is not None and tool.annotations.open_world_hint is False
-        assert tool.annotations.read_only_hint is (name == "working_state_get")
+        assert tool.annotations.read_only_hint is (name in ("working_state_get", "run_get"))
     assert "ttl_hours" in s.description and "expected_value" in s.description
     assert "handoff" in tools["working_state_handoff"].description
 

@@ -227,7 +227,8 @@ def test_typescript_sdk_reads_every_refusal_and_success(node_modules: Path, at_c
                                                         for t, a, _, _ in calls]}, tmp_path)
     assert out["server"]["name"] == "gitstate" and out["server"]["version"]
     assert {t["name"] for t in out["tools"]} == {"working_state_set", "working_state_clear",
-                                                "working_state_handoff", "working_state_get"}
+                                                "working_state_handoff", "working_state_get",
+                                                "run_get", "run_propose"}
     for (tool, args, rule, texts), result in zip(calls, out["results"], strict=True):
         _check(result, rule, texts, f"{tool} {args}")
     stored = run_ts_client({**_server(stored_cap), "calls": [
@@ -328,3 +329,34 @@ def test_typescript_sdk_takes_structured_values(node_modules: Path, tmp_path: Pa
     assert stale["structuredContent"]["current"]["value"] == {"window_ok": False}
     _check(deep, "value.depth", ("plan[0]",), "too deep")
     assert got["structuredContent"]["keys"]["facts"]["value"] == {"window_ok": False}
+
+
+def test_typescript_sdk_reads_and_proposes_run_events(node_modules: Path, tmp_path: Path) -> None:
+    """run_get and run_propose: the agent reads a run and proposes events; the runtime's rules
+    answer, and every result (refusals included) passes the SDK's output-schema check."""
+    agent = tmp_path / "agent"
+    with StateRepo.init(agent) as repo:
+        repo.runs.start("refund-O-104", description="refund order O-104",
+                        criteria=["refund issued"], risk="high", reason="customer asked")
+    out = run_ts_client({**_server(agent), "calls": [
+        {"tool": "run_get", "arguments": {"run_id": "refund-O-104"}},
+        {"tool": "run_propose", "arguments": {"run_id": "refund-O-104", "reason": "ask", "event": {
+            "type": "question_opened", "question": "which account?"}}},
+        {"tool": "run_propose", "arguments": {"run_id": "refund-O-104", "reason": "done?",
+                                             "event": {"type": "completed", "result_ref": "x",
+                                                       "criteria_evidence": {
+                                                           "refund issued": "pay:1"}}}},
+        {"tool": "run_propose", "arguments": {"run_id": "refund-O-104", "reason": "spend",
+                                             "event": {"type": "budget_spent", "tokens": 5}}},
+        {"tool": "run_get", "arguments": {"run_id": "no-such-run"}},
+    ]}, tmp_path)
+    names = {t["name"] for t in out["tools"]}
+    assert {"run_get", "run_propose"} <= names
+    got, asked, done, spend, missing = out["results"]
+    _check(got, None, (), "run_get")
+    assert got["structuredContent"]["goal"]["risk_class"] == "high"
+    _check(asked, None, (), "question_opened")
+    assert asked["structuredContent"]["state"]["open_questions"] == ["which account?"]
+    _check(done, "run.criteria_unmet", ("refund issued",), "completed without evidence")
+    _check(spend, "run.writer", (), "budget_spent by the agent")
+    _check(missing, "run.unknown", (), "unknown run")
