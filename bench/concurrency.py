@@ -56,7 +56,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    seconds = 1.0 if args.quick else args.seconds
+    seconds = 0.5 if args.quick else args.seconds
     print(f"durable writes per second, {seconds:g} s per run")
     print(f"  {'writers':<10}{'total/s':>10}{'per writer/s':>14}")
     for writers in (1, 2, 4, 8):
