@@ -13,6 +13,16 @@ from gitstate.repo import StateRepo
 from tests.helpers import Clock, npm_ci
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Bytecode for gitstate, as an installed package has it. The suite starts hundreds of
+    `python -m gitstate` processes; from an editable install in an environment that sets
+    PYTHONDONTWRITEBYTECODE (this machine's shell does), each would compile every module
+    again, which cost the suite about a minute. compileall skips what is up to date."""
+    import compileall
+
+    compileall.compile_dir(str(Path(__file__).resolve().parent.parent / "gitstate"), quiet=1)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_env(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
