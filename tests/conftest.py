@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,33 +16,11 @@ from tests.helpers import Clock, npm_ci
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Bytecode for gitstate, as an installed package has it. The suite starts hundreds of
     `python -m gitstate` processes; from an editable install in an environment that sets
-    PYTHONDONTWRITEBYTECODE (this machine's shell does), each would compile every module
-    again, which cost the suite about a minute. compileall skips what is up to date."""
+    PYTHONDONTWRITEBYTECODE (this machine's shell does), each would compile every edited
+    module again. compileall skips what is up to date."""
     import compileall
 
     compileall.compile_dir(str(Path(__file__).resolve().parent.parent / "gitstate"), quiet=1)
-    if not hasattr(session.config, "workerinput"):  # the controller: it runs no test itself
-        _prefetch_npm()
-
-
-_PREFETCH: list[threading.Thread] = []
-
-
-def _prefetch_npm() -> None:
-    """From a clean clone, install the three npm trees (the clients and hosts the MCP
-    tests drive) while the first tests run, instead of one after another inside the tests
-    that need them; npm_ci's file lock makes a test that gets there first wait for it."""
-    js = Path(__file__).resolve().parent / "js"
-    for directory in (js, js / "hosts", js / "conformance"):
-        thread = threading.Thread(target=npm_ci, args=(directory,), daemon=True,
-                                  name=f"npm-ci-{directory.name}")
-        thread.start()
-        _PREFETCH.append(thread)
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    for thread in _PREFETCH:  # never leave a half-installed node_modules behind
-        thread.join(timeout=900)
 
 
 @pytest.fixture(autouse=True)
