@@ -65,11 +65,11 @@ def test_gc_without_the_git_cli_uses_dulwich(repo: StateRepo) -> None:
 
 @pytest.mark.slow
 def test_reads_and_writes_stay_correct_while_gc_runs(agent_dir: Path) -> None:
-    """Writers, a reader and back-to-back gc runs for 10 s (GITSTATE_GC_SECONDS): no lost
+    """Writers, a reader and back-to-back gc runs for 6 s (GITSTATE_GC_SECONDS): no lost
     update, fsck clean."""
     with StateRepo.init(agent_dir) as repo:
         repo.set("counter", 0, "start")
-    seconds = os.environ.get("GITSTATE_GC_SECONDS", "10")
+    seconds = os.environ.get("GITSTATE_GC_SECONDS", "6")
 
     def spawn(*args: str) -> subprocess.Popen[str]:
         return subprocess.Popen([sys.executable, "-m", "tests.workers", *args], cwd=ROOT,

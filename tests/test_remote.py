@@ -170,7 +170,7 @@ def test_remote_first_race_exactly_one_wins(tmp_path: Path, daemon: str) -> None
         StateRepo.clone(daemon, tmp_path / name).close()
         (tmp_path / name / "config.toml").write_text('[gitstate]\nsync = "remote-first"\n')
         repos.append(StateRepo(tmp_path / name))
-    races = int(os.environ.get("GITSTATE_RACES", "60"))
+    races = int(os.environ.get("GITSTATE_RACES", "40"))
     wins = {"x": 0, "y": 0}
     for n in range(races):
         barrier = threading.Barrier(2)
