@@ -3,7 +3,7 @@ Streamable HTTP side by side: latency p50 / p99 and throughput of working_state_
 working_state_set at 8 calls in flight.
 
     python bench/mcp_load.py            # 300 requests each, 8 concurrent
-    python bench/mcp_load.py --quick    # smoke run (8 requests)
+    python bench/mcp_load.py --quick    # smoke run (4 requests)
 
 Needs tests/js installed (``npm ci`` in tests/js; the test suite does it).
 """
@@ -49,7 +49,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--concurrency", type=int, default=8)
     args = parser.parse_args()
-    requests = 8 if args.quick else args.requests
+    requests = 4 if args.quick else args.requests
     if not INSPECTOR.exists():
         raise SystemExit("tests/js is not installed: run `npm ci` in tests/js")
     with tempfile.TemporaryDirectory() as tmp:

@@ -2,7 +2,7 @@
 against a plain-dict reference model. After every step the rendered section, get and the JSONL
 projection agree with the model, and verify passes at the end of every sequence.
 
-Profiles: the default (CI) runs 200 sequences; GITSTATE_HYPOTHESIS_PROFILE=long runs 2,000.
+Profiles: the default (CI) runs 150 sequences; GITSTATE_HYPOTHESIS_PROFILE=long runs 2,000.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from tests.helpers import Clock
 
 pytestmark = pytest.mark.slow  # one long hypothesis run
 
-settings.register_profile("ci", max_examples=200, stateful_step_count=12, deadline=None,
+settings.register_profile("ci", max_examples=150, stateful_step_count=12, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("long", max_examples=2000, stateful_step_count=40, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
