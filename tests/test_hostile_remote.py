@@ -69,6 +69,15 @@ def _hashed(value: dict[str, object]) -> dict[str, object]:
 _TOKEN = "ghp_" + "1234567890abcdefghijklmnopqrstuvwxyZ"  # built here: no literal token
 
 ATTACKS: dict[str, tuple[Attack, str]] = {
+    # structured values from elsewhere: the same limits as local writes
+    "structure-hides-text": (lambda f, t: f.commit(_set("k", {"a": ["ok", "26\u202e2"]})),
+                             "value.invisible"),
+    "structure-too-deep": (lambda f, t: f.commit(_set("k", [[[[[[[[[1]]]]]]]]])),
+                           "value.depth"),
+    "structure-in-the-file-only": (lambda f, t: f.commit(_set("k", 1), state=(
+        '{"format": 1, "handoff": null, "keys": {"k": {"actor": "agent", "expires_at": null, '
+        '"reason": "patrol", "set_at": "2026-08-13T01:00:00Z", "value": '
+        + "[" * 40 + "1" + "]" * 40 + "}}}\n").encode()), "replay.mismatch"),
     # a secret must not enter history from elsewhere either
     "secret-in-a-value": (lambda f, t: f.commit(_set("k", {"creds": [_TOKEN]})),
                           "secret.github_token"),
