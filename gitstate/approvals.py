@@ -147,6 +147,17 @@ def listing(state: State, now: datetime) -> list[dict[str, Any]]:
     return out
 
 
+def decisions(state: State, now: datetime) -> dict[str, str]:
+    """Where each approval stands, as a run records it: approved (consumed included),
+    denied, expired or pending."""
+    out = {}
+    for a in listing(state, now):
+        status = a.get("status")
+        out[a["id"]] = "denied" if status == "denied" else "expired" if a["expired"] else \
+            "approved" if status in ("approved", "consumed") else "pending"
+    return out
+
+
 def can_run(state: State, policies: dict[str, Policy], tool: str, args: Any,
             now: datetime) -> Verdict:
     """Whether ``tool(args)`` may run now (see the module docstring)."""

@@ -220,7 +220,23 @@ def verify(repo: StateRepo, use_git: bool = True) -> list[Check]:
     except StoreError as exc:
         checks.append(Check("history-readable", False, exc.message,
                             "restore the damaged objects (see `objects`) from a mirror"))
-    return checks
+    return checks + _side_ref_checks(repo)
+
+
+def _side_ref_checks(repo: StateRepo) -> list[Check]:
+    """The refs beside main: every run ledger replays, the refusal journal reads."""
+    from . import refusals
+
+    bad = repo.runs.verify_all()
+    detail = "; ".join(f"{run}: {problems[0]}" for run, problems in list(bad.items())[:5])
+    journal = refusals.problems(repo.store)
+    return [Check("runs", not bad, detail, "inspect the run with `gitstate run verify RUN` and "
+                  "`git log runs/RUN`; a ledger that does not replay was written by another "
+                  "tool" if bad else ""),
+            Check("refusals", not journal, "; ".join(journal[:5]),
+                  "the refusal journal (refs/gitstate/refusals) holds records gitstate did not "
+                  "write, or some could not be written; see `gitstate log --refused`"
+                  if journal else "")]
 
 
 def _object_checks(repo: StateRepo, use_git: bool) -> list[Check]:

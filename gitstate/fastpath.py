@@ -15,6 +15,7 @@ import json
 import os
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 from .config import Config, load_config, resolve_tz
 from .errors import NotInitialized
@@ -92,6 +93,26 @@ def _head_fast(state_dir: str | os.PathLike[str]) -> tuple[State, dict[str, obje
         return State.from_bytes(data), compiled
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def run_block(agent_dir: str | os.PathLike[str], run_id: str, *, locale: str,
+              now: datetime, config: Config) -> str:
+    """A run's ``<state>`` block (gitstate/runrender.py) for a wake-up that names a run
+    (``--run`` or GITSTATE_RUN): from the cache the ledger writes beside the run's ref when
+    the ref still names its commit, else through the store."""
+    from .ledger import cached
+    from .runrender import render_run
+    from .runs import check_run_id, next_action
+
+    check_run_id(run_id)
+    run = cached(Path(agent_dir) / STATE_DIR / ".git", run_id)
+    if run is None:
+        from .repo import StateRepo
+
+        with StateRepo(os.fspath(agent_dir), config=config) as repo:
+            view = repo.runs.read(run_id)
+        run = {"goal": view.goal, "state": view.state}
+    return render_run(run, next_action(run, now), locale, resolve_tz(config.timezone))
 
 
 CLAUDE_CODE_MAX_CHARS = 10_000  # what Claude Code keeps of a hook's additionalContext
@@ -177,8 +198,8 @@ def parse_fast(args: list[str]) -> tuple[str, str, dict[str, str]] | None:
         if not rest or rest[0] not in HOOK_EVENTS:
             return None
         opts["runtime"], rest = rest[0], rest[1:]
-    allowed = {"render": ("--locale", "--now"),
-               "hook": ("--event", "--locale", "--max-chars")}[command]
+    allowed = {"render": ("--locale", "--now", "--run"),
+               "hook": ("--event", "--locale", "--max-chars", "--run")}[command]
     while rest:
         if rest[0] in allowed and len(rest) >= 2 and not rest[1].startswith("-"):
             opts[rest[0][2:]] = rest[1]
@@ -206,8 +227,6 @@ def run_fast(command: str, agent_dir: str, opts: dict[str, str]) -> int:
             return 2
     budget = config = None
     if command == "hook":
-        from .config import load_config
-
         try:  # a hook's budget: the runtime's own limit, never more than config.toml's
             config = load_config(agent_dir)
             budget = config.injection_max_chars
@@ -217,9 +236,18 @@ def run_fast(command: str, agent_dir: str, opts: dict[str, str]) -> int:
             budget = int(opts["max-chars"])
         if opts["runtime"] == "claude-code":
             budget = min(budget or CLAUDE_CODE_MAX_CHARS, CLAUDE_CODE_MAX_CHARS)
+    run_id = opts.get("run") or (os.environ.get("GITSTATE_RUN") if command == "hook" else None)
     try:
+        block = ""
+        if run_id:
+            config = config or load_config(agent_dir)
+            block = run_block(agent_dir, run_id, locale=opts.get("locale") or config.locale,
+                              now=now or datetime.now(UTC), config=config)
+            if budget is not None:  # the block is never cut: the section fits what is left
+                budget = max(budget - text_chars(block), 1000)
         text, warnings = section(agent_dir, locale=opts.get("locale"), now=now,
                                  max_chars=budget, config=config)
+        text = text + ("\n" if text and block else "") + block
     except GitStateError as exc:
         sys.stderr.write(f"gitstate: error [{exc.rule}]: {exc.message}\n")
         # A hook must never block the agent's prompt (exit 2 does in Claude Code).

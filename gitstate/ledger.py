@@ -14,8 +14,12 @@ neither with main nor with each other. A retried request id returns the first re
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import socket
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import locking, runs
@@ -24,23 +28,33 @@ from .results import RunView
 from .trailers import encode_json
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator, Mapping
 
     from .config import Config
     from .store import GitStore
+    from .store.base import CommitInfo
 
 PREFIX = "refs/heads/runs/"
 RUN_FILE = "run.json"
 RUN_MAX_BYTES = 1 << 20
-_TRAILERS = ("Run", "Event", "Writer", "Request")
+
+
+def session_id() -> str:
+    """Who wrote an event: host, process and one opening of the repository. A run continued
+    under another one (a restart, another machine after pull) counts as a resume."""
+    host = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname()[:40])
+    return f"{host}:{os.getpid()}:{os.urandom(3).hex()}"
+_TRAILERS = ("Run", "Event", "Writer", "Request", "Process")
+Policy = tuple["Mapping[str, tuple[str, ...]]", "Mapping[str, str] | None"]
 
 
 def message(reason: str, run_id: str, event: dict[str, Any], writer: str,
-            request: str | None) -> bytes:
+            request: str | None, session: str) -> bytes:
     lines = [f"Gitstate-Run: {run_id}", f"Gitstate-Event: {encode_json(event)}",
              f"Gitstate-Writer: {writer}"]
     if request is not None:
         lines.append(f"Gitstate-Request: {encode_json(request)}")
+    lines.append(f"Gitstate-Process: {session}")
     return (reason.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n").encode("utf-8")
 
 
@@ -65,9 +79,15 @@ class Ledger:
     """The runs of one state repository (the runtime's Python API)."""
 
     def __init__(self, store: GitStore, config: Config, clock: Callable[[], datetime], *,
-                 writer: str, actor: str) -> None:
+                 writer: str, actor: str,
+                 policy: Callable[[], Policy] | None = None,
+                 session: str | None = None) -> None:
         self.store, self.config, self.clock = store, config, clock
         self.writer, self.actor = writer, actor
+        # (schema.yaml's per-event writers, the key table's approval decisions) at main's
+        # HEAD, read when an event is applied
+        self.policy = policy or (lambda: ({}, None))
+        self.session = session or session_id()
 
     def _ref(self, run_id: str) -> str:
         return PREFIX + runs.check_run_id(run_id)
@@ -128,23 +148,50 @@ class Ledger:
                 return earlier
             view = self.read(run_id)
             now = self._now()
-            run = runs.apply_event({"format": runs.FORMAT, "goal": view.goal,
-                                    "state": view.state}, event, who, now)
+            writers, approvals = self.policy()
+            try:
+                run = runs.apply_event({"format": runs.FORMAT, "goal": view.goal,
+                                        "state": view.state}, event, who, now,
+                                       writers=writers, approvals=approvals)
+            except runs.RunRefused as exc:
+                self._journal(run_id, event, who, reason, request_id, exc)
+                raise
             return self._commit(run_id, view.head, run, runs.validate_event(event), reason,
                                 who, request_id, now)
+
+    def _journal(self, run_id: str, event: Any, writer: str, reason: str,
+                 request_id: str | None, exc: runs.RunRefused) -> None:
+        from . import refusals
+        from .engine import identity
+
+        kind = event.get("type") if isinstance(event, dict) else None
+        refusals.record(self.store, identity(self.config), rule=exc.rule, op="run_event",
+                        key=f"runs/{run_id}", attempted=event, actor=self.actor,
+                        writer=writer, reason=reason, request_id=request_id, run_id=run_id,
+                        message=exc.message, expected=kind)
 
     def _commit(self, run_id: str, base: str | None, run: dict[str, Any],
                 event: dict[str, Any], reason: str, writer: str, request_id: str | None,
                 now: datetime) -> RunView:
-        data = (json.dumps(run, ensure_ascii=False, indent=2, sort_keys=True) + "\n").encode()
+        from . import runrender
         from .engine import identity
 
+        size = runrender.largest(run, runs.next_action(run, now), UTC)
+        if size > runrender.MAX_BYTES:
+            exc = runs.RunRefused(f"after this event the run's <state> block would be {size} "
+                                  f"bytes, over its cap of {runrender.MAX_BYTES} (it is never "
+                                  "cut): shorten the texts, or answer open questions first",
+                                  rule="run.block_too_large")
+            self._journal(run_id, event, writer, reason, request_id, exc)
+            raise exc
+        data = (json.dumps(run, ensure_ascii=False, indent=2, sort_keys=True) + "\n").encode()
         commit = self.store.commit(base, {RUN_FILE: data},
-                                   message(reason, run_id, event, writer, request_id),
+                                   message(reason, run_id, event, writer, request_id, self.session),
                                    identity(self.config), int(now.timestamp()),
                                    ref=self._ref(run_id))
         if commit is None:  # the ref moved outside our lock: another tool writes it
             raise StoreError(f"{self._ref(run_id)} moved while writing", rule="store.contention")
+        _cache(self.store.git_dir, run_id, commit, data)
         return RunView(run_id, commit, run["goal"], run["state"], runs.next_action(run, now))
 
     def _replayed(self, run_id: str, request_id: str | None) -> RunView | None:
@@ -162,48 +209,205 @@ class Ledger:
         return None
 
     def listing(self) -> list[dict[str, Any]]:
-        """Every run: id, status, stop reason, head (reads one run.json each)."""
+        """Every run: id, status, stop reason, head. Each run.json comes from the cache
+        beside the ref while it names the ref's commit, else from the store."""
         out = []
         for name, head in sorted(self.store.refs_under(PREFIX).items()):
+            run = cached(self.store.git_dir, name, head)
             try:
-                view = self.read(name, head)
-            except (StoreError, ValueError, KeyError) as exc:
+                if run is None:
+                    view = self.read(name, head)
+                    run = {"goal": view.goal, "state": view.state}
+                goal, state = run["goal"], run["state"]
+                out.append({"run_id": name, "head": head, "status": goal["status"],
+                            "stop_reason": state["stop_reason"],
+                            "updated_at": goal["updated_at"]})
+            except (StoreError, ValueError, KeyError, TypeError) as exc:
                 out.append({"run_id": name, "head": head, "error": str(exc)})
-                continue
-            out.append({"run_id": name, "head": head, "status": view.goal["status"],
-                        "stop_reason": view.state["stop_reason"],
-                        "updated_at": view.goal["updated_at"]})
         return out
 
-    def verify(self, run_id: str) -> list[str]:
-        """Replay the ref from its first commit: each run.json must be exactly the fold of
-        the events so far. Returns the problems (empty: the ledger is sound)."""
+    def read_at(self, run_id: str, at: str) -> RunView:
+        """The run as it stood at ``at``: a commit of its ref (a prefix of 4 or more hex
+        digits), or an ISO 8601 time (the last event at or before it)."""
+        from .model import parse_time
+
         head = self.store.ref(self._ref(run_id))
         if head is None:
-            return [f"no run {run_id!r}"]
-        commits = list(self.store.walk(head))[::-1]
-        problems: list[str] = []
-        run: dict[str, Any] | None = None
-        for info in commits:
+            raise runs.RunRefused(f"no run {run_id!r}", rule="run.unknown", run_id=run_id)
+        moment = None
+        if not (4 <= len(at) <= 40 and all(c in "0123456789abcdef" for c in at)):
             try:
-                _, fields = parse(info.message)
-                event = json.loads(fields["Event"])
-                when = datetime.fromtimestamp(info.time, UTC)
-                if run is None:
-                    if event.get("type") != "goal_created" or info.parents:
-                        raise ValueError("the first commit must be goal_created, with no parent")
-                    run = runs.new_run(run_id, description=event["description"],
-                                       criteria=event["criteria"],
-                                       constraints=event["constraints"], risk=event["risk"],
-                                       owner=event["owner"], now=when, budget=event["budget"])
-                else:
-                    run = runs.apply_event(run, event, fields["Writer"], when)
-                stored = json.loads(self.store.read_file(info.id, RUN_FILE) or b"null")
-                if stored != run:
-                    problems.append(f"{info.id[:12]}: run.json differs from the replay of "
-                                    "its events")
-                    run = stored
-            except (ValueError, KeyError, TypeError, runs.RunRefused) as exc:
-                problems.append(f"{info.id[:12]}: {exc}")
+                moment = int(parse_time(at).timestamp())
+            except ValueError:
+                raise runs.RunRefused(f"--at {at!r} is neither a commit of the run nor an "
+                                      "ISO 8601 time", rule="run.invalid") from None
+        for info in self.store.walk(head):
+            if (moment is None and info.id.startswith(at)) or \
+                    (moment is not None and info.time <= moment):
+                return self.read(run_id, info.id)
+        raise runs.RunRefused(f"run {run_id} has no event at {at}", rule="run.invalid")
+
+    def verify(self, run_id: str, head: str | None = None) -> list[str]:
+        """Replay the run's ref from its first commit (:func:`replay_problems`); the
+        writers are checked against the defaults and schema.yaml's ``runs: writers`` in
+        force now."""
+        head = head or self.store.ref(self._ref(run_id))
+        if head is None:
+            return [f"no run {run_id!r}"]
+        return replay_problems(self.store, run_id, head, self.policy()[0])
+
+    def verify_all(self) -> dict[str, list[str]]:
+        """verify() for every run ref: run id -> its problems (only runs that have some)."""
+        out = {}
+        for name, head in sorted(self.store.refs_under(PREFIX).items()):
+            try:
+                runs.check_run_id(name)
+                problems = self.verify(name, head)
+            except runs.RunRefused as exc:
+                problems = [f"{name!r}: {exc.message}"]
+            if problems:
+                out[name] = problems
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        """The seed's metrics, from history across every run and the refusal journal."""
+        from . import refusals
+
+        out: dict[str, Any] = {"runs": 0, "events": 0, "events_by_type": {},
+                               "replay_ok": 0, "replay_failed": [], "resumes": 0,
+                               "approvals_waiting": 0, "lost_approvals": 0,
+                               "stop_reasons": {}, "refused_by_rule": {},
+                               "stale_results_refused": 0}
+        for name, head in sorted(self.store.refs_under(PREFIX).items()):
+            out["runs"] += 1
+            problems = self.verify(name, head)
+            if problems:
+                out["replay_failed"].append(name)
+                continue
+            out["replay_ok"] += 1
+            process, waiting, state = None, None, None
+            for info, _, fields in events(self.store, name, head):
+                kind = json.loads(fields["Event"])["type"]
+                out["events"] += 1
+                out["events_by_type"][kind] = out["events_by_type"].get(kind, 0) + 1
+                if process is not None and fields.get("Process") not in (None, process):
+                    out["resumes"] += 1
+                process = fields.get("Process", process)
+                state = json.loads(self.store.read_file(info.id, RUN_FILE) or b"{}")["state"]
+                if waiting is not None and state["awaiting_approval"] is None and kind not in (
+                        "approval_recorded", "cancelled", "failed", "budget_spent"):
+                    out["lost_approvals"] += 1
+                waiting = state["awaiting_approval"]
+            if state is not None:
+                stop = state["stop_reason"] or "running"
+                out["stop_reasons"][stop] = out["stop_reasons"].get(stop, 0) + 1
+                out["approvals_waiting"] += state["awaiting_approval"] is not None
+        for entry in refusals.entries(self.store):
+            if entry.get("op") == "run_event":
+                rule = entry["rule"]
+                out["refused_by_rule"][rule] = out["refused_by_rule"].get(rule, 0) + 1
+                out["stale_results_refused"] += rule == "run.stale"
+        return out
+
+
+def events(store: GitStore, run_id: str,
+           head: str) -> Iterator[tuple[CommitInfo, str, dict[str, str]]]:
+        """The run's commits oldest first, each with its reason and trailers."""
+        for info in list(store.walk(head))[::-1]:
+            reason, fields = parse(info.message)
+            if fields["Run"] != run_id:
+                raise ValueError(f"names run {fields['Run']!r}, on the ref of {run_id!r}")
+            yield info, reason, fields
+
+
+def replay_problems(store: GitStore, run_id: str, head: str,
+                    writers: Mapping[str, tuple[str, ...]]) -> list[str]:
+    """Replay the ref from its first commit: each commit holds only run.json, has a
+    reason, and its run.json is exactly the fold of the events so far. Returns the
+    problems (empty: the ledger is sound). A writer is checked against the defaults
+    and schema.yaml's ``runs: writers`` in force now; the approval link is checked when
+    the event is recorded (the key table's decision at that time), not replayed."""
+    from .errors import InvalidInput
+    from .rules import check_reason
+
+    problems: list[str] = []
+    run: dict[str, Any] | None = None
+    try:
+        for info, reason, fields in events(store, run_id, head):
+            if len(info.parents) > 1:
+                raise ValueError(f"{info.id[:12]} is a merge: a run is one line of events")
+            names = [n for n, _, _ in store.tree_entries(info.id)]
+            if names != [RUN_FILE.encode()]:
+                raise ValueError(f"the tree must hold only {RUN_FILE}, not "
+                                 f"{[n.decode('utf-8', 'replace')[:40] for n in names]}")
+            check_reason(reason)
+            event = json.loads(fields["Event"])
+            when = datetime.fromtimestamp(info.time, UTC)
+            if run is None:
+                if event.get("type") != "goal_created" or info.parents:
+                    raise ValueError("the first commit must be goal_created, with no parent")
+                run = _created(run_id, event, when)
+            else:
+                run = _replay(run, event, fields["Writer"], when, writers)
+            data = store.read_file(info.id, RUN_FILE) or b"null"
+            if len(data) > RUN_MAX_BYTES or json.loads(data) != run:
+                problems.append(f"{info.id[:12]}: run.json differs from the replay of "
+                                "its events")
                 break
-        return problems
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError, InvalidInput,
+            runs.RunRefused, StoreError) as exc:
+        problems.append(f"{run_id}: {getattr(exc, 'message', None) or exc}")
+    return problems
+
+
+CACHE_DIR = "gitstate-run-cache"
+
+
+def _cache(git_dir: Path, run_id: str, commit: str, data: bytes) -> None:
+    """run.json beside its commit id, for the wake-up hook (which reads it without dulwich
+    and uses it only while the run's ref still names that commit). Best effort, no fsync:
+    a stale or missing cache sends the hook to the exact path."""
+    with contextlib.suppress(OSError):
+        folder = git_dir / CACHE_DIR
+        folder.mkdir(exist_ok=True)
+        tmp = folder / f".{run_id}.{os.getpid()}.tmp"
+        tmp.write_bytes(commit.encode() + b"\n" + data)
+        os.replace(tmp, folder / f"{run_id}.json")
+
+
+def cached(git_dir: Path, run_id: str, head: str | None = None) -> dict[str, Any] | None:
+    """The cached run.json when it is the run's current commit (``head``, else read from
+    the loose ref), else None."""
+    from .safefile import read_regular
+
+    try:
+        ref = head.encode() if head else \
+            read_regular(str(git_dir / PREFIX / run_id), 256).strip()
+        raw = read_regular(str(git_dir / CACHE_DIR / f"{run_id}.json"), RUN_MAX_BYTES + 64)
+    except OSError:
+        return None
+    commit, _, data = raw.partition(b"\n")
+    if commit != ref or len(data) > RUN_MAX_BYTES:
+        return None
+    try:
+        run = json.loads(data)
+    except ValueError:
+        return None
+    return run if isinstance(run, dict) else None
+
+
+def _created(run_id: str, event: dict[str, Any], when: datetime) -> dict[str, Any]:
+    return runs.new_run(run_id, description=event["description"], criteria=event["criteria"],
+                        constraints=event["constraints"], risk=event["risk"],
+                        owner=event["owner"], now=when, budget=event["budget"])
+
+
+def _replay(run: dict[str, Any], event: dict[str, Any], writer: str, when: datetime,
+            writers: Mapping[str, tuple[str, ...]]) -> dict[str, Any]:
+    """One recorded event again; its writer may rest on the defaults or on the schema."""
+    try:
+        return runs.apply_event(run, event, writer, when)
+    except runs.RunRefused as exc:
+        if exc.rule != "run.writer" or not writers:
+            raise
+        return runs.apply_event(run, event, writer, when, writers=writers)

@@ -15,7 +15,7 @@ import errno
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import locking, maintenance, planners, requests, rules
 from .approval_api import ApprovalMethods
@@ -38,20 +38,18 @@ from .results import (
     SyncStatus,
     WriteResult,
 )
+from .run_api import RunMethods
 from .schema import WRITERS, Schema, parse_schema
 from .store import GitStore
 from .sync import Remote, clone
 from .trailers import Change
-
-if TYPE_CHECKING:
-    from .ledger import Ledger
 
 HISTORY_IN_GET = 20
 
 __all__ = ["HISTORY_IN_GET", "UNSET", "StateRepo"]
 
 
-class StateRepo(ApprovalMethods):
+class StateRepo(ApprovalMethods, RunMethods):
     """One agent's working state: ``<agent_dir>/state`` plus ``<agent_dir>/config.toml``.
 
     ``writer`` is the schema's writer kind of every call through this object: ``agent``
@@ -92,16 +90,12 @@ class StateRepo(ApprovalMethods):
         if self.config.sync == "remote-first":
             self.engine.committer = self.remote
         self.observations: dict[str, Observation] = {}
+        from .ledger import session_id
+
+        self._session = session_id()  # this opening, in the Gitstate-Process of run events
         if self.store.head() is None:
             raise NotInitialized(f"{self.state_dir} has no commit on main; run `gitstate init`")
         self.tree.repair_on_open()
-
-    @property
-    def runs(self) -> Ledger:
-        """The run ledgers of this repository (refs/heads/runs/*, never main)."""
-        from .ledger import Ledger
-
-        return Ledger(self.store, self.config, self.now, writer=self.writer, actor=self.actor)
 
     @property
     def durability(self) -> str:
@@ -406,11 +400,22 @@ class StateRepo(ApprovalMethods):
     def push(self) -> SyncResult:
         """Publish local commits (see ``sync``): a lease, and re-application when the
         remote moved on."""
-        return self.remote.push()
+        from . import runsync
+
+        result = self.remote.push()
+        result.runs = runsync.push(self.store, self.remote.url())
+        return result
 
     def pull(self) -> SyncResult:
-        """Fast-forward from the remote; a diverged or rewritten remote is refused."""
-        return self.remote.pull()
+        """Fast-forward from the remote; a diverged or rewritten remote is refused. The
+        run ledgers come too, each replayed before it is taken (gitstate/runsync.py)."""
+        from . import runsync
+
+        result = self.remote.pull()
+        schema = self.schema()
+        result.runs = runsync.pull(self.store, self.remote.url(),
+                                   dict(schema.run_writers) if schema else {})
+        return result
 
     def sync_status(self) -> SyncStatus:
         """Where main stands against the commit last seen on the remote (no network)."""

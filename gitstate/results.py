@@ -150,6 +150,9 @@ class SyncResult:
     refused: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
         "Local changes that could not be re-applied, with both sides."))
     kept_on: str | None = field(default=None, metadata=doc("The ref that keeps refused changes."))
+    runs: dict[str, Any] = field(default_factory=dict, metadata=doc(
+        "The run ledgers carried too: pushed / pulled, and those refused, diverged or ahead "
+        "(docs/runs.md)."))
 
     @property
     def ok(self) -> bool:

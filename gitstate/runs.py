@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -187,8 +188,13 @@ def _field(kind: str, name: str, kind_of: str, value: Any) -> Any:
     return {_text(k, f"{where} key"): _text(v, f"{where}[{k!r}]") for k, v in value.items()}
 
 
-def may_write(kind: str, writer: str) -> bool:
-    """Who may record an event of this type (the schema may narrow it; never widen it)."""
+def may_write(kind: str, writer: str,
+              overrides: Mapping[str, tuple[str, ...]] | None = None) -> bool:
+    """Who may record an event of this type: schema.yaml's ``runs: writers:`` when it names
+    the type, else the defaults above. The agent never records an approval."""
+    if overrides and kind in overrides:
+        return writer in overrides[kind] and not (writer == "agent" and
+                                                  kind == "approval_recorded")
     if writer == "agent":
         return kind in AGENT_EVENTS
     if kind in RUNTIME_EVENTS:
@@ -196,13 +202,20 @@ def may_write(kind: str, writer: str) -> bool:
     return writer in ("runtime", "human")
 
 
-def apply_event(run: dict[str, Any], event: dict[str, Any], writer: str,
-                now: datetime) -> dict[str, Any]:
-    """The run after ``event`` (validated), or RunRefused. Pure: ``run`` is not changed."""
+def apply_event(run: dict[str, Any], event: dict[str, Any], writer: str, now: datetime, *,
+                writers: Mapping[str, tuple[str, ...]] | None = None,
+                approvals: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The run after ``event`` (validated), or RunRefused. Pure: ``run`` is not changed.
+
+    ``writers``: schema.yaml's per-event writers. ``approvals``: the decision each
+    frozen-argument approval of the key table stands at (approved, denied, expired,
+    pending); given, an ``approval_recorded`` must name one and agree with it."""
     event = validate_event(event)
     kind = event["type"]
-    if not may_write(kind, writer):
+    if not may_write(kind, writer, writers):
         raise _refuse("writer", f"{kind} may not be recorded by {writer}", writer=writer)
+    if kind == "approval_recorded" and approvals is not None:
+        _check_link(event, approvals)
     out = copy.deepcopy(run)
     goal, state = out["goal"], out["state"]
     stop = state["stop_reason"]
@@ -224,6 +237,17 @@ def apply_event(run: dict[str, Any], event: dict[str, Any], writer: str,
     _budget(state, kind, now)
     goal["status"] = _status(state)
     return out
+
+
+def _check_link(event: dict[str, Any], approvals: Mapping[str, str]) -> None:
+    """An approval recorded in a run is a decision of the key table, never a claim."""
+    known = approvals.get(event["approval_id"])
+    if known is None:
+        raise _refuse("approval_unknown", f"no approval {event['approval_id']!r} in the key "
+                      "table: request it (`gitstate approvals`) and record its decision")
+    if known != event["decision"]:
+        raise _refuse("approval_mismatch", f"approval {event['approval_id']} stands at "
+                      f"{known}, not {event['decision']}", decision=known)
 
 
 def _steps_planned(goal: dict[str, Any], state: dict[str, Any], e: dict[str, Any],

@@ -108,6 +108,17 @@ class Schema:
     phase_key: str | None = None
     tools: dict[str, tuple[str, ...]] = field(default_factory=dict)
     approvals: dict[str, ApprovalPolicy] = field(default_factory=dict)
+    run_writers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    promotable: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def promoters(self, key: str) -> tuple[str, ...]:
+        """Who may promote a run's finding to ``key`` (empty: the key is not promotable);
+        the exact name wins over a pattern, the longest pattern over a shorter one."""
+        if key in self.promotable:
+            return self.promotable[key]
+        hits = sorted((p for p in self.promotable if "*" in p and fnmatchcase(key, p)),
+                      key=len, reverse=True)
+        return self.promotable[hits[0]] if hits else ()
 
     def spec(self, key: str) -> KeySpec | None:
         """The exact declaration wins over a pattern; among patterns, the longest."""
@@ -322,7 +333,8 @@ def parse_schema(text: str) -> Schema:
     raw = load_yaml(text)
     if not isinstance(raw, dict):
         raise SchemaError("schema.yaml must be a mapping with `version` and `keys`")
-    unknown = set(raw) - {"version", "keys", "unknown_keys", "phase_key", "tools", "approvals"}
+    unknown = set(raw) - {"version", "keys", "unknown_keys", "phase_key", "tools", "approvals",
+                          "runs"}
     if unknown:
         raise SchemaError(f"unknown top-level fields: {', '.join(sorted(unknown))}")
     version = raw.get("version")
@@ -339,7 +351,8 @@ def parse_schema(text: str) -> Schema:
     tools_raw = raw.get("tools") or {}
     schema = Schema(version, specs, policy, phase_key,
                     {str(p): tuple(str(t) for t in ts) for p, ts in dict(tools_raw).items()}
-                    if isinstance(tools_raw, dict) else {}, _approvals(raw.get("approvals")))
+                    if isinstance(tools_raw, dict) else {}, _approvals(raw.get("approvals")),
+                    *_runs(raw.get("runs")))
     if phase_key is not None:
         spec = schema.spec(str(phase_key))
         if spec is None or spec.type != "enum":
@@ -383,6 +396,42 @@ def _approvals(raw: Any) -> dict[str, ApprovalPolicy]:
         out[str(tool)] = ApprovalPolicy(str(tool), writers,
                                         float(ttl) if ttl is not None else None)
     return out
+
+
+def _writer_list(where: str, raw: Any, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not raw or not all(isinstance(w, str) for w in raw) \
+            or not set(raw) <= set(allowed):
+        raise SchemaError(f"{where} must be a non-empty list among {', '.join(allowed)}")
+    return tuple(raw)
+
+
+def _runs(raw: Any) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
+    """``runs: {writers: {event_type: [writers]}, promotable: {key: [writers]}}``
+    (docs/runs.md): who records each event type, and which keys a run may be promoted to,
+    by whom. The agent never records an approval."""
+    from .rules import check_key
+    from .runs import EVENTS
+
+    if raw is None:
+        return {}, {}
+    if not isinstance(raw, dict) or set(raw) - {"writers", "promotable"}:
+        raise SchemaError("`runs` takes `writers` and `promotable` only")
+    writers, promotable = {}, {}
+    for kind, who in dict(raw.get("writers") or {}).items():
+        if kind not in EVENTS:
+            raise SchemaError(f"runs.writers: unknown event type {kind!r}; known: "
+                              f"{', '.join(sorted(EVENTS))}")
+        writers[str(kind)] = _writer_list(f"runs.writers.{kind}", who, WRITERS)
+        if kind == "approval_recorded" and "agent" in who:
+            raise SchemaError("runs.writers.approval_recorded: the agent never records its "
+                              "own approvals")
+    for key, who in dict(raw.get("promotable") or {}).items():
+        try:
+            check_key(str(key).replace("*", "x"))
+        except InvalidInput as exc:
+            raise SchemaError(f"runs.promotable: {key!r}: {exc.message}") from None
+        promotable[str(key)] = _writer_list(f"runs.promotable.{key}", who, WRITERS)
+    return writers, promotable
 
 
 def _spec(name: str, decl: Any) -> KeySpec:

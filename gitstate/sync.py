@@ -315,16 +315,22 @@ def clone(url: str, agent_dir: Path) -> str:
 
 def verify_push(git_dir: Path, old: str, new: str, ref: str) -> list[str]:
     """What a pre-receive hook runs for one ref update in a (bare) server repository."""
+    from .ledger import PREFIX as RUNS
+    from .runsync import verify_pushed
+
     zero = ZERO.decode()
-    if ref != BRANCH:
-        return [f"{ref}: only {BRANCH} holds gitstate state"]
-    if new == zero:
+    if ref != BRANCH and not ref.startswith(RUNS):
+        return [f"{ref}: only {BRANCH} and run ledgers ({RUNS}<id>) hold gitstate state"]
+    if new == zero and ref == BRANCH:
         return [f"deleting {ref} is refused"]
     store = GitStore(git_dir)
     quarantine = os.environ.get("GIT_OBJECT_DIRECTORY")
     if quarantine:
         store.use_quarantine(quarantine)
     try:
+        if ref != BRANCH:
+            return verify_pushed(store, ref, None if old == zero else old,
+                                 None if new == zero else new)
         return [str(p) for p in foreign.check_range(store, None if old == zero else old, new)]
     finally:
         store.close()

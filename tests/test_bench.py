@@ -68,3 +68,9 @@ def test_mcp_load_bench_quick(node_modules: Path) -> None:
     """mcp_load.py --quick runs MCP Inspector's load test over stdio and HTTP."""
     text = _run("mcp_load.py")
     assert "http/stdio" in text and text.count("working_state_set") == 2
+
+
+def test_runs_bench_quick() -> None:
+    """runs.py --quick prints the event commit beside the plain store and git, run list."""
+    text = _run("runs.py")
+    assert "gitstate run event" in text and "run list with" in text and "<state> block" in text

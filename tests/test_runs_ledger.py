@@ -89,8 +89,15 @@ def test_a_tampered_run_json_fails_verify(repo: StateRepo) -> None:
     assert problems and "differs from the replay" in problems[0]
 
 
+APPROVALS = "version: 1\nunknown_keys: allow\napprovals:\n  refund: {writers: [human]}\n"
+
+
 def test_a_new_process_resumes_the_run(repo: StateRepo) -> None:
-    """Pending approvals, questions and budgets live in the ref: another process goes on."""
+    """Pending approvals, questions and budgets live in the ref: another process goes on
+    (and records the key table's decision, which a run cannot make up)."""
+    repo.set_schema(APPROVALS, "refunds need a human")
+    approval = repo.request_approval("refund", {"order": "O-104", "cents": 12000},
+                                     "refund O-104")
     _start(repo)
     repo.runs.event("refund-O-104", {"type": "step_started", "step_id": "pay",
                                      "description": "pay 120", "side_effect": True},
@@ -99,16 +106,25 @@ def test_a_new_process_resumes_the_run(repo: StateRepo) -> None:
             "r = StateRepo(sys.argv[1], writer='human')\n"
             "v = r.runs.read('refund-O-104')\n"
             "assert v.next['action'] == 'ask_approval', v.next\n"
-            "v = r.runs.event('refund-O-104', {'type': 'approval_recorded', 'approval_id': "
-            "'a1', 'decision': 'approved'}, 'approved by phone')\n"
+            "a = sys.argv[2]\n"
+            "e = {'type': 'approval_recorded', 'approval_id': a, 'decision': 'approved'}\n"
+            "try:\n    r.runs.event('refund-O-104', e, 'approved by phone')\n"
+            "except Exception as exc:\n    assert exc.rule == 'run.approval_mismatch', exc\n"
+            "r.approve(a, 'checked the order')\n"
+            "v = r.runs.event('refund-O-104', e, 'approved by phone')\n"
             "print(json.dumps(v.to_dict()))\n")
-    out = subprocess.run([sys.executable, "-c", code, str(repo.agent_dir)], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-c", code, str(repo.agent_dir), approval],
+                         cwd=ROOT,
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["goal"]["status"] == "active"
     view = repo.runs.read("refund-O-104")
-    assert view.state["approval_refs"] == ["a1"] and view.next["action"] == "continue"
+    assert view.state["approval_refs"] == [approval] and view.next["action"] == "continue"
     assert repo.runs.verify("refund-O-104") == []
+    with pytest.raises(RunRefused) as exc:  # a made-up approval is no approval
+        repo.runs.event("refund-O-104", {"type": "approval_recorded", "approval_id": "a-x",
+                                         "decision": "approved"}, "trust me")
+    assert exc.value.rule == "run.approval_unknown"
 
 
 def test_listing_many_runs(repo: StateRepo) -> None:

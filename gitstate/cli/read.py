@@ -63,14 +63,30 @@ def get(obj: Ctx, now: str | None, at: str | None, history_n: int, as_json: bool
               help="Section language (default: [gitstate] locale, zh-TW).")
 @click.option("--now", help="Render as a wake-up at this ISO 8601 time would see it.")
 @click.option("--at", "at", help=AT_HELP)
+@click.option("--run", "run_id", metavar="RUN_ID", help="Append this run's <state> block "
+              "(goal, criteria met and unmet, steps, questions, approvals, budget; "
+              "docs/runs.md).")
 @click.pass_obj
-def render(obj: Ctx, locale: str | None, now: str | None, at: str | None) -> None:
+def render(obj: Ctx, locale: str | None, now: str | None, at: str | None,
+           run_id: str | None) -> None:
     """Print the section injected into a wake-up, and nothing else.
 
-    Empty state (or [memory] working_state_enabled = false) prints nothing at all.
+    Empty state (or [memory] working_state_enabled = false) prints nothing at all. With
+    --run, the run's <state> block follows the section (the hooks do the same when
+    GITSTATE_RUN names a run).
     """
-    from ..fastpath import section
+    from ..fastpath import run_fast, section
 
+    if run_id is not None:
+        if at is not None:
+            raise click.UsageError("--run shows the run as it is now; see `gitstate run show "
+                                   "RUN --at`")
+        opts = {**({"locale": locale} if locale else {}), **({"now": now} if now else {}),
+                "run": run_id}
+        code = run_fast("render", str(obj.agent_dir), opts)
+        if code:
+            raise click.exceptions.Exit(code)
+        return
     if at is not None:
         from ..audit import resolve_at
 
@@ -89,13 +105,15 @@ def render(obj: Ctx, locale: str | None, now: str | None, at: str | None) -> Non
 @click.argument("runtime", type=click.Choice(["claude-code", "plain"]))
 @click.option("--event", help="Claude Code hook event name (default: read from stdin).")
 @click.option("--locale", type=click.Choice(["zh-TW", "en", "ja"]))
+@click.option("--run", "run_id", metavar="RUN_ID", envvar="GITSTATE_RUN",
+              help="Append this run's <state> block [env: GITSTATE_RUN].")
 @click.option("--max-chars", type=click.IntRange(1000), help="This runtime's budget for one "
               "injection (default: [gitstate] injection_max_chars; at most 10,000 for "
               "claude-code). A longer section has its handoff line replaced by a pointer; "
               "key lines are never cut.")
 @click.pass_obj
 def hook(obj: Ctx, runtime: str, event: str | None, locale: str | None,
-         max_chars: int | None) -> None:
+         run_id: str | None, max_chars: int | None) -> None:
     """Print the section for an agent runtime's wake-up hook.
 
     \b
@@ -110,7 +128,8 @@ def hook(obj: Ctx, runtime: str, event: str | None, locale: str | None,
 
     opts = {"runtime": runtime, **({"event": event} if event else {}),
             **({"locale": locale} if locale else {}),
-            **({"max-chars": str(max_chars)} if max_chars else {})}
+            **({"max-chars": str(max_chars)} if max_chars else {}),
+            **({"run": run_id} if run_id else {})}
     code = run_fast("hook", str(obj.agent_dir), opts)
     if code:
         raise click.exceptions.Exit(code)

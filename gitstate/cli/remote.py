@@ -62,6 +62,12 @@ def _sync_text(r: dict[str, Any]) -> str:
                          + (f" ({theirs['reason']})" if theirs else ""))
     if r["kept_on"]:
         lines.append(f"the local commits are kept on {r['kept_on']}")
+    runs = r.get("runs") or {}
+    for word in ("pushed", "pulled", "ahead", "diverged"):
+        if runs.get(word):
+            lines.append(f"runs {word}: {', '.join(runs[word])}")
+    for name, why in (runs.get("refused") or {}).items():
+        lines.append(f"run {name} not pushed: {why}")
     return "\n".join(lines)
 
 

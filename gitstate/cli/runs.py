@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ..errors import UsageError
-from .context import Ctx, emit, json_option, parse_json_value
+from .context import Ctx, emit, json_option, parse_json_value, parse_value
 
 
 @click.group()
@@ -106,13 +106,64 @@ def cancel(obj: Ctx, run_id: str, reason: str, as_json: bool) -> None:
 
 @run.command()
 @click.argument("run_id")
+@click.option("--at", "at", metavar="REV|TIME", help="As it stood at a commit of the run (a "
+              "hex prefix) or at an ISO 8601 time (the last event at or before it).")
 @json_option
 @click.pass_obj
-def show(obj: Ctx, run_id: str, as_json: bool) -> None:
-    """The run's goal, state and next action, at its ref's head."""
+def show(obj: Ctx, run_id: str, at: str | None, as_json: bool) -> None:
+    """The run's goal, state and next action (JSON: goal, state, next, head)."""
     with obj.repo() as repo:
-        view = repo.runs.read(run_id)
+        view = repo.runs.read_at(run_id, at) if at else repo.runs.read(run_id)
     emit(view.to_dict(), as_json, _text)
+
+
+@run.command()
+@click.argument("run_id")
+@click.option("--key", required=True, help="The key of the durable table to set.")
+@click.option("--value", "raw", required=True, help="The value (parsed as for `set`: JSON "
+              "scalars, else text).")
+@click.option("--evidence", required=True, help="An evidence ref recorded in the run.")
+@click.option("--reason", "-r", required=True, help="Why: becomes the commit message.")
+@click.option("--request-id", help="Idempotency key.")
+@json_option
+@click.pass_obj
+def promote(obj: Ctx, run_id: str, key: str, raw: str, evidence: str, reason: str,
+            request_id: str | None, as_json: bool) -> None:
+    """Make a run's finding durable: one set on main that cites the run's commit.
+
+    Only for keys schema.yaml lists under `runs: promotable`, by the writers named there;
+    never automatic (docs/runs.md).
+    """
+    with obj.repo() as repo:
+        result = repo.promote(run_id, key, parse_value(raw), reason, evidence=evidence,
+                              request_id=request_id)
+    emit(result, as_json, lambda d: f"{d['key']} promoted from run {run_id} at "
+         f"{d['commit'][:12]}")
+
+
+@run.command()
+@json_option
+@click.pass_obj
+def stats(obj: Ctx, as_json: bool) -> None:
+    """Metrics across every run, from history: events by type, refusals by rule, replays,
+    resumes, stale results refused, lost approvals (must be 0), stop reasons."""
+    with obj.repo() as repo:
+        data = repo.runs.stats()
+
+    def text(d: dict[str, Any]) -> str:
+        lines = [f"runs: {d['runs']} (replay ok {d['replay_ok']}, failed "
+                 f"{len(d['replay_failed'])})", f"events: {d['events']}",
+                 f"resumes: {d['resumes']}", f"stale results refused: "
+                 f"{d['stale_results_refused']}", f"lost approvals: {d['lost_approvals']}",
+                 f"approvals waiting: {d['approvals_waiting']}"]
+        for title, field in (("events by type", "events_by_type"),
+                             ("refused by rule", "refused_by_rule"),
+                             ("stop reasons", "stop_reasons")):
+            lines.append(f"{title}: " + (", ".join(f"{k} {v}" for k, v in
+                                                   sorted(d[field].items())) or "none"))
+        return "\n".join(lines)
+
+    emit(data, as_json, text)
 
 
 @run.command("next")

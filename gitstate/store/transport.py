@@ -84,9 +84,16 @@ class TransportOps(RepoBase):
         bitmap); that case is fetched again with the git CLI, in its clean environment."""
         with self._quarantine() as incoming:
             client, path = self._client(url)
+            def wants(refs: dict[Ref, ObjectID], depth: int | None = None,
+                      **_: Any) -> list[ObjectID]:
+                # main only: objects of other refs (runs) come with their own checks
+                sha = refs.get(BRANCH)
+                return [sha] if sha and sha != ZERO and \
+                    sha not in incoming.repo.object_store else []
+
             try:
                 result = client.fetch(path.encode() if isinstance(path, str) else path,
-                                      incoming.repo)
+                                      incoming.repo, determine_wants=wants)
                 remote_ref = result.refs.get(BRANCH)
                 remote = remote_ref.decode() if remote_ref else None
             except Exception:
@@ -98,6 +105,63 @@ class TransportOps(RepoBase):
                     check(incoming, remote)
                 self._take_objects(incoming)
             return remote
+
+    def fetch_refs(self, url: str, prefix: str,
+                   check: Callable[[Self, dict[str, str]], dict[str, str]]) -> dict[str, str]:
+        """Fetch the remote's refs below ``prefix`` (``refs/heads/runs/``) into a
+        quarantine; ``check(quarantined_store, {name: id})`` returns the ones to accept (it
+        raises to refuse them all). The objects enter this repository only when some are
+        accepted. Returns the accepted refs; the caller moves its own."""
+        with self._quarantine() as incoming:
+            for name, sha in self.refs_under(prefix).items():  # what we have, to negotiate
+                incoming.repo.refs[Ref((prefix + name).encode())] = ObjectID(sha.encode())
+            client, path = self._client(url)
+
+            def wants(refs: dict[Ref, ObjectID], depth: int | None = None,
+                      **_: Any) -> list[ObjectID]:
+                return [sha for name, sha in refs.items() if name.startswith(prefix.encode())
+                        and sha not in incoming.repo.object_store]
+
+            result = client.fetch(path.encode() if isinstance(path, str) else path,
+                                  incoming.repo, determine_wants=wants)
+            remote = {name.decode("utf-8", "replace")[len(prefix):]: sha.decode()
+                      for name, sha in result.refs.items()
+                      if name.startswith(prefix.encode()) and sha != ZERO}
+            accepted = check(incoming, remote) if remote else {}
+            if accepted:
+                self._take_objects(incoming)
+            return accepted
+
+    def push_refs(self, url: str, updates: dict[str, tuple[str | None, str]]) -> dict[str, str]:
+        """Move each remote ref ``name`` from its lease to ``new`` (``{name: (lease, new)}``)
+        in one push; returns ``{name: why}`` for those not moved (the remote moved on, or
+        its hook refused)."""
+        client, path = self._client(url)
+        moved: dict[str, str] = {}
+
+        def update_refs(refs: dict[Ref, ObjectID]) -> dict[Ref, ObjectID]:
+            out = {}
+            for name, (lease, new) in updates.items():
+                current = refs.get(Ref(name.encode()))
+                current_id = None if current in (None, ZERO) else current.decode()
+                if current_id == new:
+                    continue
+                if current_id != lease:
+                    moved[name] = "the remote's ref moved on: pull first"
+                    continue
+                out[Ref(name.encode())] = ObjectID(new.encode())
+            return out
+
+        def pack(have: Any, want: Any, *, ofs_delta: bool = False,
+                 progress: Any = None) -> Any:
+            return self.repo.object_store.generate_pack_data(have, want, ofs_delta=ofs_delta)
+
+        result = client.send_pack(path.encode() if isinstance(path, str) else path,
+                                  update_refs, pack)
+        for ref, status in (result.ref_status or {}).items():
+            if status is not None:
+                moved[ref.decode("utf-8", "replace")] = f"the remote refused it: {status}"
+        return moved
 
     @contextlib.contextmanager
     def _quarantine(self) -> Iterator[Self]:

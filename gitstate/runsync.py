@@ -1,0 +1,112 @@
+"""Run ledgers to and from main's remote: ``gitstate push`` and ``pull`` carry them too.
+
+A run ref only grows (one commit per event), so both ways are fast-forward only:
+
+* push sends every run whose ref moved since it was last seen on the remote
+  (``refs/remotes/origin/runs/<id>``, the lease), in one push; a run the remote moved on
+  (events recorded elsewhere) is reported, never overwritten.
+* pull fetches the remote's run refs into a quarantine and replays every ledger that is new
+  or grew, from its first commit (``ledger.replay_problems``: the tree holds only run.json,
+  each event is valid for its writer and folds to the stored run.json). One run that does
+  not replay refuses the whole pull of runs, and no object of it enters the repository
+  (main's pull is separate and unaffected). A run that diverged (events on both sides) is
+  reported and left as it is; one that is behind the local ref is left for push.
+
+The server side (the pre-receive hook, ``sync.verify_push``) replays a pushed run the same
+way and refuses a rewrite or a deletion.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import locking
+from .errors import Refused
+from .ledger import PREFIX, replay_problems
+from .runs import RunRefused, check_run_id
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from .store import GitStore
+
+TRACKING = "refs/remotes/origin/runs/"
+
+
+def push(store: GitStore, url: str) -> dict[str, Any]:
+    """Push every run that moved since last seen; {pushed: [...], refused: {run: why}}."""
+    local = store.refs_under(PREFIX)
+    updates = {}
+    for name, head in local.items():
+        seen = store.ref(TRACKING + name)
+        if seen != head:
+            updates[PREFIX + name] = (seen, head)
+    refused = store.push_refs(url, updates) if updates else {}
+    pushed = []
+    for ref, (seen, head) in updates.items():
+        if ref not in refused:
+            name = ref[len(PREFIX):]
+            store.move_ref(TRACKING + name, seen, head)
+            pushed.append(name)
+    return {"pushed": sorted(pushed),
+            "refused": {ref[len(PREFIX):]: why for ref, why in refused.items()}}
+
+
+def pull(store: GitStore, url: str,
+         writers: Mapping[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
+    """Fast-forward every run the remote has further; {pulled, diverged, refused}."""
+    out: dict[str, Any] = {"pulled": [], "diverged": [], "ahead": []}
+
+    def check(incoming: GitStore, remote: dict[str, str]) -> dict[str, str]:
+        accepted, bad = {}, {}
+        for name, head in remote.items():
+            try:
+                check_run_id(name)
+            except RunRefused as exc:
+                bad[name] = exc.message
+                continue
+            mine = store.ref(PREFIX + name)
+            if mine == head:
+                continue
+            if mine is not None and incoming.is_ancestor(head, mine):
+                out["ahead"].append(name)
+                continue
+            if mine is not None and not incoming.is_ancestor(mine, head):
+                out["diverged"].append(name)
+                continue
+            problems = replay_problems(incoming, name, head, writers or {})
+            if problems:
+                bad[name] = problems[0]
+            else:
+                accepted[name] = head
+        if bad:
+            raise Refused("the remote's runs do not replay, so none was taken: " + "; ".join(
+                f"{n}: {why}" for n, why in sorted(bad.items())[:5]), rule="remote.run_invalid",
+                runs=sorted(bad))
+        return accepted
+
+    accepted = store.fetch_refs(url, PREFIX, check)
+    for name, head in sorted(accepted.items()):
+        with locking.exclusive(store.git_dir / f"gitstate-run-{name}.flock"):
+            mine = store.ref(PREFIX + name)
+            if mine is not None and not store.is_ancestor(mine, head):
+                out["diverged"].append(name)  # an event was recorded here meanwhile
+                continue
+            store.move_ref(PREFIX + name, mine, head)
+        store.move_ref(TRACKING + name, store.ref(TRACKING + name), head)
+        out["pulled"].append(name)
+    return out
+
+
+def verify_pushed(store: GitStore, ref: str, old: str | None, new: str | None) -> list[str]:
+    """The pre-receive check of one run ref update: no deletion, no rewrite, a replay."""
+    name = ref[len(PREFIX):]
+    try:
+        check_run_id(name)
+    except RunRefused as exc:
+        return [f"{ref}: {exc.message}"]
+    if new is None:
+        return [f"deleting {ref} is refused: a run's ledger is kept"]
+    if old is not None and not store.is_ancestor(old, new):
+        return [f"{ref}: a run only grows; this push rewrites it"]
+    return [f"{ref}: {p}" for p in replay_problems(store, name, new, {})]
