@@ -103,13 +103,21 @@ class Ledger:
         head = commit or self.store.ref(ref)
         if head is None:
             raise runs.RunRefused(f"no run {run_id!r}", rule="run.unknown", run_id=run_id)
-        data = self.store.read_file(head, RUN_FILE)
-        if data is None or len(data) > RUN_MAX_BYTES:
-            raise StoreError(f"{head[:12]} on {ref} holds no readable {RUN_FILE}",
-                             rule="run.damaged")
-        run = json.loads(data)
+        run = cached(self.store.git_dir, run_id, head)  # the commit's run.json, kept beside it
+        if run is None:
+            data = self.store.read_file(head, RUN_FILE)
+            if data is None or len(data) > RUN_MAX_BYTES:
+                raise StoreError(f"{head[:12]} on {ref} holds no readable {RUN_FILE}",
+                                 rule="run.damaged")
+            run = json.loads(data)
         return RunView(run_id, head, run["goal"], run["state"],
                        runs.next_action(run, self._now()))
+
+    def _fold(self) -> None:
+        """After the run's lock is released: fold small packs, as main's writes do (each
+        event adds a pack; unfolded, every read would search hundreds of them)."""
+        with contextlib.suppress(OSError, StoreError):
+            self.store.consolidate()
 
     def start(self, run_id: str, *, description: str, criteria: list[str],
               constraints: list[str] | None = None, risk: str = "low",
@@ -132,8 +140,10 @@ class Ledger:
                 if earlier is not None:
                     return earlier
                 raise runs.RunRefused(f"run {run_id!r} exists already", rule="run.exists")
-            return self._commit(run_id, None, run, event, reason, self.writer,
+            view = self._commit(run_id, None, run, event, reason, self.writer,
                                 request_id, now)
+        self._fold()
+        return view
 
     def event(self, run_id: str, event: dict[str, Any], reason: str, *,
               writer: str | None = None, request_id: str | None = None) -> RunView:
@@ -156,8 +166,10 @@ class Ledger:
             except runs.RunRefused as exc:
                 self._journal(run_id, event, who, reason, request_id, exc)
                 raise
-            return self._commit(run_id, view.head, run, runs.validate_event(event), reason,
+            view = self._commit(run_id, view.head, run, runs.validate_event(event), reason,
                                 who, request_id, now)
+        self._fold()
+        return view
 
     def _journal(self, run_id: str, event: Any, writer: str, reason: str,
                  request_id: str | None, exc: runs.RunRefused) -> None:

@@ -65,7 +65,9 @@ def record(store: GitStore, identity: bytes, **fields: Any) -> str | None:
             message = (summary.replace("\n", " ")[:200] + "\n\nGitstate-Refusal: "
                        + encode_json(entry) + f"\nGitstate-Seq: {seq}\n").encode()
             when = int(datetime.now(UTC).timestamp())
-            return store.commit(head, {FILE: data}, message, identity, when, ref=REF)
+            commit = store.commit(head, {FILE: data}, message, identity, when, ref=REF)
+        store.consolidate()  # outside the journal's lock, as after any write
+        return commit
     except Exception:  # the refusal itself must still reach the caller
         with contextlib.suppress(OSError), open(store.git_dir / "gitstate-refusals.failed",
                                                 "a", encoding="utf-8") as f:
