@@ -22,11 +22,11 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from . import checks
 from .config import Config, resolve_tz
-from .errors import StoreError
+from .errors import InvalidInput, Refused, StoreError
 from .layout import BRANCH, STATE_FILE
 from .model import format_time
 from .planners import Base, Plan
@@ -104,9 +104,15 @@ class WriteEngine:
             yield
 
     def write(self, planner: Planner, request: dict[str, str] | None = None,
-              adopting: bool = False) -> WriteResult:
+              adopting: bool = False, attempt: dict[str, Any] | None = None) -> WriteResult:
+        """``attempt`` describes the write for the refusal journal (op, key, attempted and
+        expected value, actor, reason, request id): a refusal by a rule is recorded there
+        once the lock is released (gitstate/refusals.py)."""
         try:
             result = self._write(planner, request, adopting)
+        except (Refused, InvalidInput) as exc:
+            self._journal(exc, attempt or {})
+            raise
         except OSError as exc:  # before the commit point: nothing was written
             rule = {errno.ENOSPC: "store.disk_full", errno.EROFS: "store.read_only",
                     errno.EACCES: "store.permission"}.get(exc.errno or 0, "store.io")
@@ -117,6 +123,20 @@ class WriteEngine:
                 with contextlib.suppress(Exception):
                     step()
         return result
+
+    def _journal(self, exc: Refused | InvalidInput, attempt: dict[str, Any]) -> None:
+        from . import refusals
+
+        store = self.reader.store
+        key = attempt.get("key")
+        head_value = None
+        with contextlib.suppress(Exception):  # the refusal matters more than this detail
+            entry = self.reader.state_at(self.reader.head()).keys.get(key) if key else None
+            head_value = entry.value if entry is not None else None
+        refusals.record(store, identity(self.config), rule=exc.rule, message=exc.message,
+                        writer=self.writer, head_value=head_value,
+                        **{k: attempt.get(k) for k in ("op", "key", "attempted", "expected",
+                                                        "actor", "reason", "request_id")})
 
     def _write(self, planner: Planner, request: dict[str, str] | None,
                adopting: bool) -> WriteResult:

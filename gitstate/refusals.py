@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import locking
+from .errors import Refused
 from .trailers import encode_json
 
 if TYPE_CHECKING:
@@ -34,11 +37,16 @@ if TYPE_CHECKING:
 
 REF = "refs/gitstate/refusals"
 PREVIOUS = "refs/gitstate/refusals-previous"
+REMOTE_PREFIX = "refs/gitstate/refusals/"  # on the remote: one journal per clone
+PULLED_PREFIX = "refs/gitstate/pulled-refusals/"  # here: the other clones' journals
+TRACKING = "refs/remotes/origin/gitstate-refusals"
+ORIGIN_FILE = "gitstate-origin"
 FILE = "refusal.json"
 RETAIN = 10_000
 FIELDS = ("time", "rule", "op", "key", "attempted", "expected", "head_value", "actor",
           "writer", "reason", "request_id", "run_id", "message")
 _TEXT_MAX = 2000
+_BASELINE_ENV = "GITSTATE_BENCH_NO_REFUSAL_JOURNAL"
 
 
 def _clip(value: Any) -> Any:
@@ -49,14 +57,17 @@ def _clip(value: Any) -> Any:
 
 def record(store: GitStore, identity: bytes, **fields: Any) -> str | None:
     """Append one refusal; returns its commit (None when it could not be written)."""
+    if os.environ.get(_BASELINE_ENV):  # bench/refusal_storm.py's baseline: no journal
+        return None
     entry = {name: _clip(fields.get(name)) for name in FIELDS}
     entry["time"] = entry["time"] or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     try:
         with locking.exclusive(store.git_dir / "gitstate-refusals.flock"):
             head = store.ref(REF)
             seq = _seq(store, head) + 1 if head else 1
-            if seq > RETAIN:
+            if seq > RETAIN:  # a new generation: the full one becomes the previous
                 store.move_ref(PREVIOUS, store.ref(PREVIOUS), head)
+                store.move_ref(REF, head, None)
                 head, seq = None, 1
             data = (json.dumps(entry, ensure_ascii=False, indent=2, sort_keys=True)
                     + "\n").encode()
@@ -92,36 +103,113 @@ def parse(message: bytes) -> dict[str, Any]:
     raise ValueError("not a refusal record")
 
 
+def _chain(store: GitStore, ref: str, origin: str) -> Iterator[dict[str, Any]]:
+    head = store.ref(ref)
+    for info in store.walk(head) if head else ():
+        try:
+            yield {"commit": info.id, "origin": origin, **parse(info.message)}
+        except ValueError:
+            yield {"commit": info.id, "origin": origin, "damaged": True, "time": ""}
+
+
 def entries(store: GitStore) -> Iterator[dict[str, Any]]:
-    """Every record kept, newest first (the current generation, then the previous)."""
-    for ref in (REF, PREVIOUS):
-        head = store.ref(ref)
-        if head is None:
-            continue
-        for info in store.walk(head):
-            try:
-                yield {"commit": info.id, **parse(info.message)}
-            except ValueError:
-                yield {"commit": info.id, "damaged": True}
+    """Every record kept, newest first: this clone's (the current generation, then the
+    previous) and, once pulled, the other clones' journals, merged by time."""
+    pulled = store.refs_under(PULLED_PREFIX)
+    if not pulled:
+        yield from _chain(store, REF, "local")
+        yield from _chain(store, PREVIOUS, "local")
+        return
+    everything = [*_chain(store, REF, "local"), *_chain(store, PREVIOUS, "local")]
+    for name in sorted(pulled):
+        everything += _chain(store, PULLED_PREFIX + name, name)
+    everything.sort(key=lambda e: str(e.get("time") or ""), reverse=True)
+    yield from everything
+
+
+def origin_id(git_dir: Path) -> str:
+    """This clone's journal name on the remote (random, made once)."""
+    path = git_dir / ORIGIN_FILE
+    try:
+        text = path.read_text(encoding="ascii").strip()
+        if len(text) == 16 and all(c in "0123456789abcdef" for c in text):
+            return text
+    except (OSError, UnicodeDecodeError):
+        pass
+    text = os.urandom(8).hex()
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(text + "\n", encoding="ascii")
+    os.replace(tmp, path)
+    return text
+
+
+def check_chain(store: GitStore, head: str) -> list[str]:
+    """A journal from elsewhere (a pull, a push to the server): every commit holds only
+    refusal.json, equal to its trailer; no merge; no more than RETAIN records."""
+    out = []
+    for n, info in enumerate(store.walk(head), 1):
+        if n > RETAIN:
+            return [f"more than {RETAIN} records in one chain"]
+        try:
+            if len(info.parents) > 1:
+                raise ValueError("a merge")
+            names = [name for name, _, _ in store.tree_entries(info.id)]
+            if names != [FILE.encode()]:
+                raise ValueError(f"the tree must hold only {FILE}")
+            entry = parse(info.message)
+            data = store.read_file(info.id, FILE) or b"null"
+            if len(data) > 64 << 10 or json.loads(data) != entry:
+                raise ValueError(f"{FILE} differs from its trailer")
+        except (ValueError, RecursionError, KeyError) as exc:
+            out.append(f"{info.id[:12]}: {exc}")
+            break
+    return out
+
+
+def push(store: GitStore, url: str) -> str | None:
+    """Send this clone's journal to the remote as refusals/<origin>; None when done."""
+    head = store.ref(REF)
+    seen = store.ref(TRACKING)
+    if head is None or head == seen:
+        return None
+    name = REMOTE_PREFIX + origin_id(store.git_dir)
+    refused = store.push_refs(url, {name: (seen, head)})
+    if name in refused:
+        return refused[name]
+    store.move_ref(TRACKING, seen, head)
+    return None
+
+
+def pull(store: GitStore, url: str) -> list[str]:
+    """Fetch the other clones' journals, each checked; returns the origins taken."""
+    mine = origin_id(store.git_dir)
+
+    def check(incoming: GitStore, remote: dict[str, str]) -> dict[str, str]:
+        accepted = {}
+        for name, head in remote.items():
+            if name == mine or len(name) != 16 or store.ref(PULLED_PREFIX + name) == head:
+                continue
+            problems = check_chain(incoming, head)
+            if problems:
+                raise Refused(f"the remote's refusal journal {name} is not one gitstate "
+                              f"wrote: {problems[0]}", rule="remote.refusals_invalid")
+            accepted[name] = head
+        return accepted
+
+    taken = store.fetch_refs(url, REMOTE_PREFIX, check)
+    for name, head in taken.items():
+        store.move_ref(PULLED_PREFIX + name, store.ref(PULLED_PREFIX + name), head)
+    return sorted(taken)
 
 
 def problems(store: GitStore) -> list[str]:
-    """What verify reports: unreadable records, a chain longer than its retention, a
-    record whose file and trailer disagree, and journal writes that failed."""
+    """What verify reports: a record gitstate did not write or a chain past its retention
+    (here or pulled), and journal writes that failed."""
     out = []
-    for ref in (REF, PREVIOUS):
-        head = store.ref(ref)
-        for n, info in enumerate(store.walk(head) if head else (), 1):
-            try:
-                entry = parse(info.message)
-                stored = json.loads(store.read_file(info.id, FILE) or b"null")
-                if stored != entry:
-                    out.append(f"{info.id[:12]}: {FILE} differs from its trailer")
-            except ValueError as exc:
-                out.append(f"{info.id[:12]}: {exc}")
-            if n > RETAIN:
-                out.append(f"{ref} holds more than {RETAIN} records")
-                break
+    chains = {REF: store.ref(REF), PREVIOUS: store.ref(PREVIOUS)}
+    chains.update({PULLED_PREFIX + n: h for n, h in store.refs_under(PULLED_PREFIX).items()})
+    for ref, head in chains.items():
+        out += [f"{ref}: {p}" for p in (check_chain(store, head) if head else [])]
     failed = store.git_dir / "gitstate-refusals.failed"
     if failed.exists():
         out.append(f"{len(failed.read_text().splitlines())} refusals could not be recorded "

@@ -303,7 +303,8 @@ class StateRepo(ApprovalMethods, RunMethods):
                                        None if expected is UNSET else ["expected", expected])
         return self.engine.write(lambda base: planners.plan_set(
             base, self.writer, key=key, value=value, reason=reason, ttl=ttl,
-            expected=expected, actor=who), request)
+            expected=expected, actor=who), request, attempt=_attempt(
+                "set", key, value, expected, who, reason, request_id))
 
     def clear(self, key: str, reason: str, *, expected: Expected = UNSET,
               actor: str | None = None, request_id: str | None = None) -> WriteResult:
@@ -316,7 +317,8 @@ class StateRepo(ApprovalMethods, RunMethods):
         request = requests.fingerprint(request_id, "clear", key, reason,
                                        None if expected is UNSET else ["expected", expected])
         return self.engine.write(lambda base: planners.plan_clear(
-            base, self.writer, key=key, reason=reason, expected=expected, actor=who), request)
+            base, self.writer, key=key, reason=reason, expected=expected, actor=who), request,
+            attempt=_attempt("clear", key, None, expected, who, reason, request_id))
 
     def handoff(self, note: str | None = None, *, status: str | None = None,
                 next_steps: str | None = None, evidence: str | None = None,
@@ -400,26 +402,40 @@ class StateRepo(ApprovalMethods, RunMethods):
     def push(self) -> SyncResult:
         """Publish local commits (see ``sync``): a lease, and re-application when the
         remote moved on."""
-        from . import runsync
+        from . import refusals, runsync
 
         result = self.remote.push()
-        result.runs = runsync.push(self.store, self.remote.url())
+        with self.engine.locked():  # the tracking refs move under the write lock
+            result.runs = runsync.push(self.store, self.remote.url())
+            journal = refusals.push(self.store, self.remote.url())
+        if journal:
+            result.runs["refusals_not_pushed"] = journal
         return result
 
     def pull(self) -> SyncResult:
         """Fast-forward from the remote; a diverged or rewritten remote is refused. The
         run ledgers come too, each replayed before it is taken (gitstate/runsync.py)."""
-        from . import runsync
+        from . import refusals, runsync
 
         result = self.remote.pull()
         schema = self.schema()
-        result.runs = runsync.pull(self.store, self.remote.url(),
-                                   dict(schema.run_writers) if schema else {})
+        with self.engine.locked():
+            result.runs = runsync.pull(self.store, self.remote.url(),
+                                       dict(schema.run_writers) if schema else {})
+            result.runs["refusal_journals"] = refusals.pull(self.store, self.remote.url())
         return result
 
     def sync_status(self) -> SyncStatus:
         """Where main stands against the commit last seen on the remote (no network)."""
         return self.remote.status()
+
+
+def _attempt(op: str, key: str, value: Value | None, expected: Expected, actor: str,
+             reason: str, request_id: str | None) -> dict[str, Any]:
+    """What the refusal journal keeps of a write a rule refuses."""
+    return {"op": op, "key": key, "attempted": value, "actor": actor, "reason": reason,
+            "expected": None if expected is UNSET else {"value": expected},
+            "request_id": request_id}
 
 
 def _create(state_dir: Path, config: Config, actor: str,

@@ -316,11 +316,25 @@ def clone(url: str, agent_dir: Path) -> str:
 def verify_push(git_dir: Path, old: str, new: str, ref: str) -> list[str]:
     """What a pre-receive hook runs for one ref update in a (bare) server repository."""
     from .ledger import PREFIX as RUNS
+    from .refusals import REMOTE_PREFIX, check_chain
     from .runsync import verify_pushed
 
     zero = ZERO.decode()
-    if ref != BRANCH and not ref.startswith(RUNS):
-        return [f"{ref}: only {BRANCH} and run ledgers ({RUNS}<id>) hold gitstate state"]
+    journal = ref.startswith(REMOTE_PREFIX) and len(ref) == len(REMOTE_PREFIX) + 16
+    if ref != BRANCH and not ref.startswith(RUNS) and not journal:
+        return [f"{ref}: only {BRANCH}, run ledgers ({RUNS}<id>) and refusal journals "
+                f"({REMOTE_PREFIX}<id>) hold gitstate state"]
+    if journal:  # a new generation starts a new chain: not a fast-forward, still accepted
+        if new == zero:
+            return [f"deleting {ref} is refused: the refusal journal is kept"]
+        store = GitStore(git_dir)
+        quarantine = os.environ.get("GIT_OBJECT_DIRECTORY")
+        if quarantine:
+            store.use_quarantine(quarantine)
+        try:
+            return [f"{ref}: {p}" for p in check_chain(store, new)]
+        finally:
+            store.close()
     if new == zero and ref == BRANCH:
         return [f"deleting {ref} is refused"]
     store = GitStore(git_dir)

@@ -74,3 +74,10 @@ def test_runs_bench_quick() -> None:
     """runs.py --quick prints the event commit beside the plain store and git, run list."""
     text = _run("runs.py")
     assert "gitstate run event" in text and "run list with" in text and "<state> block" in text
+
+
+def test_refusal_storm_bench_quick() -> None:
+    """refusal_storm.py --quick compares main writes alone, beside a storm, with and
+    without the journal, and counts the journal."""
+    text = _run("refusal_storm.py")
+    assert "journal's cost" in text and "journal holds 40 distinct, 40 records" in text

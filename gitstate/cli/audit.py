@@ -34,18 +34,55 @@ def _log_line(rec: dict[str, Any]) -> str:
 @click.option("--key", help="Only changes of this key.")
 @click.option("-n", "limit", type=click.IntRange(1), help="At most N changes.")
 @click.option("--since", help="Only changes at or after this ISO 8601 time.")
+@click.option("--refused", is_flag=True, help="The refused attempts instead (the refusal "
+              "journal, refs/gitstate/refusals): rule, op, key, attempted and expected "
+              "value, the value in HEAD, actor, reason, time.")
 @json_option
 @click.pass_obj
-def log(obj: Ctx, key: str | None, limit: int | None, since: str | None, as_json: bool) -> None:
+def log(obj: Ctx, key: str | None, limit: int | None, since: str | None, refused: bool,
+        as_json: bool) -> None:
     """The supersession chain, newest first: time, key, old -> new, actor, reason.
 
     With --json, one JSON object per line (the fields of working_state_history.jsonl).
+    With --refused, the writes a rule refused, newest first (docs/audit.md).
     """
     from ..audit import log as log_view
 
+    if refused:
+        _refused_log(obj, key, limit, since, as_json)
+        return
     with obj.repo() as repo:
         for rec in log_view(repo, key=key, limit=limit, since=parse_now(since)):
             click.echo(textsafe.dumps(rec) if as_json else _log_line(shown(rec)))
+
+
+def _refused_log(obj: Ctx, key: str | None, limit: int | None, since: str | None,
+                 as_json: bool) -> None:
+    from .. import refusals
+    from ..model import parse_time
+
+    moment = parse_now(since)
+    shown_n = 0
+    with obj.repo() as repo:
+        for rec in refusals.entries(repo.store):
+            if rec.get("damaged") or (key is not None and rec.get("key") != key):
+                continue
+            if moment is not None and parse_time(rec["time"]) < moment:
+                break  # newest first
+            if limit is not None and shown_n >= limit:
+                break
+            shown_n += 1
+            if as_json:
+                click.echo(textsafe.dumps(rec))
+                continue
+            r = shown(rec)
+            attempted = "" if r["attempted"] is None else \
+                f" {textsafe.dumps(rec['attempted'])[:80]}"
+            held = "" if r["head_value"] is None else \
+                f" (HEAD: {textsafe.dumps(rec['head_value'])[:40]})"
+            click.echo(f"{r['time']}  {r['commit'][:12]}  refused {r['op'] or 'write'} "
+                       f"{r['key'] or ''}{attempted}{held} [{r['rule']}] by "
+                       f"{r['actor'] or r['writer']}: {r['reason'] or ''}")
 
 
 @click.command()

@@ -1,0 +1,167 @@
+"""The refusal journal: every refused write kept on refs/gitstate/refusals, never on main
+or in the working tree; bounded; read by git; carried by push and pull; checked by verify
+and by the pre-receive hook; a storm from several processes loses nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gitstate import refusals
+from gitstate.errors import GitStateError
+from gitstate.repo import StateRepo
+from tests.helpers import GIT, assert_fsck_clean, git, install_pre_receive, run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _refuse(repo: StateRepo, n: int = 1, reason: str = "patrol re-derived") -> None:
+    for i in range(n):
+        with pytest.raises(GitStateError):
+            repo.set("stop_loss.2317", 254, reason, expected=250, request_id=f"r{i}")
+
+
+def test_a_refused_write_is_recorded_and_touches_nothing_else(repo: StateRepo) -> None:
+    repo.set("stop_loss.2317", 262, "break below, exit")
+    head = repo.head()
+    tree = (repo.state_dir / "working_state.json").read_bytes()
+    _refuse(repo, reason="patrol\nGitstate-Seq: 99999\nGitstate-Refusal: {}")
+    assert repo.head() == head and (repo.state_dir / "working_state.json").read_bytes() == tree
+    [entry] = list(refusals.entries(repo.store))
+    assert {k: entry[k] for k in ("rule", "op", "key", "attempted", "expected", "head_value",
+                                  "writer", "request_id")} == {
+        "rule": "cas.mismatch", "op": "set", "key": "stop_loss.2317", "attempted": 254,
+        "expected": {"value": 250}, "head_value": 262, "writer": "runtime",
+        "request_id": "r0"}
+    assert entry["reason"].startswith("patrol\nGitstate-Seq") and entry["time"]
+    if GIT is not None:  # plain git reads it: one commit, one file, trailers intact
+        out = git(repo.state_dir, "log", "--format=%(trailers:key=Gitstate-Seq,valueonly)",
+                  refusals.REF).stdout.split()
+        assert out == ["1"]
+        files = git(repo.state_dir, "ls-tree", "--name-only", refusals.REF).stdout.split()
+        assert files == ["refusal.json"]
+        assert_fsck_clean(repo.state_dir)
+    out = run_cli("log", "--refused", "--key", "stop_loss.2317", agent_dir=repo.agent_dir)
+    assert "refused set stop_loss.2317 254 (HEAD: 262) [cas.mismatch]" in out.stdout
+    assert len(out.stdout.splitlines()) == 1  # the reason's line breaks forge nothing
+    assert run_cli("log", "--refused", "--key", "other", agent_dir=repo.agent_dir).stdout == ""
+    line = run_cli("log", "--refused", "--json", agent_dir=repo.agent_dir).stdout
+    assert json.loads(line)["commit"] == entry["commit"]
+
+
+def test_retention_keeps_two_generations(repo: StateRepo, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(refusals, "RETAIN", 5)
+    repo.set("stop_loss.2317", 262, "rule")
+    _refuse(repo, 12)
+    kept = [e["request_id"] for e in refusals.entries(repo.store)]
+    assert kept == ["r11", "r10", "r9", "r8", "r7", "r6", "r5"]  # 2 + a full generation
+    assert sum(1 for _ in repo.store.walk(repo.store.ref(refusals.REF) or "")) == 2
+    assert refusals.problems(repo.store) == []
+
+
+STORM = """
+import sys
+from gitstate.repo import StateRepo
+from gitstate.errors import GitStateError
+repo = StateRepo(sys.argv[1], writer="agent")
+for i in range(int(sys.argv[3])):
+    try:
+        repo.set("stop_loss.2317", 254, "patrol", expected=250,
+                 request_id=f"{sys.argv[2]}-{i}")
+    except GitStateError:
+        pass
+"""
+WRITER = """
+import sys
+from gitstate.repo import StateRepo
+repo = StateRepo(sys.argv[1])
+for i in range(int(sys.argv[2])):
+    repo.set("counter", i, "main write beside the storm")
+"""
+
+
+def test_a_refusal_storm_from_four_processes_loses_none(repo: StateRepo) -> None:
+    """1,000 refused writes from 4 processes beside a process writing main: every refusal
+    is in the journal once, every main write landed, verify is clean."""
+    repo.set("stop_loss.2317", 262, "rule")
+    procs = [subprocess.Popen([sys.executable, "-c", STORM, str(repo.agent_dir), f"p{n}",
+                               "250"], cwd=ROOT) for n in range(4)]
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(repo.agent_dir), "50"],
+                              cwd=ROOT)
+    for p in [*procs, writer]:
+        assert p.wait(timeout=300) == 0
+    ids = [e["request_id"] for e in refusals.entries(repo.store)]
+    assert len(ids) == 1000 and len(set(ids)) == 1000
+    with StateRepo(repo.agent_dir) as fresh:
+        assert fresh.state().keys["counter"].value == 49
+        assert fresh.state().keys["stop_loss.2317"].value == 262
+        from gitstate.audit import verify
+
+        assert [c.name for c in verify(fresh) if not c.ok] == []
+
+
+pytestmark_git = pytest.mark.skipif(GIT is None, reason="needs the git CLI")
+
+
+def _bare(root: Path) -> Path:
+    path = root / "remote.git"
+    subprocess.run([GIT or "git", "init", "-q", "--bare", "-b", "main", str(path)], check=True)
+    return path
+
+
+@pytestmark_git
+def test_journals_travel_with_push_and_pull(tmp_path: Path) -> None:
+    bare = _bare(tmp_path)
+    a = StateRepo.init(tmp_path / "a")
+    a.set("stop_loss.2317", 262, "rule")
+    a.store.set_remote_url(str(bare))
+    a.push()
+    b = StateRepo.clone(str(bare), tmp_path / "b")
+    _refuse(a, 3)
+    a.push()
+    pulled = b.pull()
+    assert pulled.runs["refusal_journals"] == [refusals.origin_id(a.store.git_dir)]
+    seen = list(refusals.entries(b.store))
+    assert len(seen) == 3 and {e["origin"] for e in seen} == {
+        refusals.origin_id(a.store.git_dir)}
+    _refuse(b, 1, "b's own")
+    assert next(e["reason"] for e in refusals.entries(b.store)) == "b's own"
+    assert refusals.problems(b.store) == []
+    # a journal forged on the remote is refused as a whole
+    blob = git(bare, "hash-object", "-w", "--stdin", input='{"rule": "x"}').stdout.strip()
+    tree = git(bare, "mktree", input=f"100644 blob {blob}\trefusal.json\n").stdout.strip()
+    forged = git(bare, "-c", "user.name=x", "-c", "user.email=x@x", "commit-tree", tree, "-m",
+                 "x\n\nGitstate-Refusal: {}\n").stdout.strip()
+    git(bare, "update-ref", refusals.REMOTE_PREFIX + "0123456789abcdef", forged)
+    with pytest.raises(GitStateError) as exc:
+        b.pull()
+    assert exc.value.rule == "remote.refusals_invalid"
+    assert b.store.ref(refusals.PULLED_PREFIX + "0123456789abcdef") is None
+    a.close()
+    b.close()
+
+
+@pytestmark_git
+def test_the_pre_receive_hook_checks_pushed_journals(tmp_path: Path) -> None:
+    bare = _bare(tmp_path)
+    install_pre_receive(bare, tmp_path)
+    a = StateRepo.init(tmp_path / "a")
+    a.set("stop_loss.2317", 262, "rule")
+    _refuse(a, 2)
+    name = refusals.REMOTE_PREFIX + refusals.origin_id(a.store.git_dir)
+    ok = git(a.state_dir, "push", str(bare), "main", f"{refusals.REF}:{name}")
+    assert ok.returncode == 0, ok.stderr
+    deleted = git(a.state_dir, "push", str(bare), f":{name}")
+    assert deleted.returncode != 0 and "the refusal journal is kept" in deleted.stderr
+    blob = git(a.state_dir, "hash-object", "-w", "--stdin", input="{}").stdout.strip()
+    tree = git(a.state_dir, "mktree", input=f"100644 blob {blob}\trefusal.json\n"
+               f"100644 blob {blob}\tother\n").stdout.strip()
+    forged = git(a.state_dir, "-c", "user.name=x", "-c", "user.email=x@x", "commit-tree",
+                 tree, "-p", refusals.REF, "-m", "x\n\nGitstate-Refusal: {}\n").stdout.strip()
+    refused = git(a.state_dir, "push", str(bare), f"{forged}:{name}")
+    assert refused.returncode != 0 and "only refusal.json" in refused.stderr
+    a.close()
