@@ -146,12 +146,13 @@ def bench_render_process(n: int) -> dict[str, float]:
         with StateRepo.init(root) as repo:
             for i in range(32):
                 repo.set(f"rule.{i:02d}", 100 + i, f"reason {i}")
-        gitstate = shutil.which("gitstate") or ""
+        gitstate = shutil.which("gitstate")
+        entry = [gitstate] if gitstate else [sys.executable, "-m", "gitstate"]
         commands = {
-            "render": [gitstate, "--agent-dir", str(root), "render"] if gitstate else
-            [sys.executable, "-m", "gitstate", "--agent-dir", str(root), "render"],
-            "hook": [gitstate, "--agent-dir", str(root), "hook", "claude-code",
-                     "--event", "UserPromptSubmit"] if gitstate else [],
+            "render": [*entry, "--agent-dir", str(root), "render"],
+            # the hook also writes its wake-up receipt (gitstate/receipts.py)
+            "hook": [*entry, "--agent-dir", str(root), "hook", "claude-code", "--event",
+                     "UserPromptSubmit"],
             "import_json": [sys.executable, "-c", "import json"],
         }
         samples: dict[str, list[float]] = {k: [] for k in commands if commands[k]}

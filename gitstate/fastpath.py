@@ -67,8 +67,10 @@ def head_state_fast(state_dir: str | os.PathLike[str]) -> State | None:
     return fast[0] if fast else None
 
 
-def _head_fast(state_dir: str | os.PathLike[str]) -> tuple[State, dict[str, object] | None] | None:
-    """(HEAD's state, the compiled schema or None), or None when only the slow path can tell."""
+def _head_fast(state_dir: str | os.PathLike[str]
+               ) -> tuple[State, dict[str, object] | None, str] | None:
+    """(HEAD's state, the compiled schema or None, HEAD), or None when only the slow path
+    can tell."""
     git_dir = os.path.join(state_dir, ".git")
     try:
         stamp = parse_stamp(_read(os.path.join(git_dir, STAMP_FILE), 256))
@@ -90,29 +92,36 @@ def _head_fast(state_dir: str | os.PathLike[str]) -> tuple[State, dict[str, obje
     if digest != blob or not commit:
         return None
     try:
-        return State.from_bytes(data), compiled
+        return State.from_bytes(data), compiled, commit
     except (ValueError, KeyError, TypeError):
         return None
 
 
 def run_block(agent_dir: str | os.PathLike[str], run_id: str, *, locale: str,
-              now: datetime, config: Config) -> str:
+              now: datetime, config: Config) -> tuple[str, str]:
     """A run's ``<state>`` block (gitstate/runrender.py) for a wake-up that names a run
     (``--run`` or GITSTATE_RUN): from the cache the ledger writes beside the run's ref when
     the ref still names its commit, else through the store."""
-    from .ledger import cached
+    from .ledger import PREFIX, cached
     from .runrender import render_run
     from .runs import check_run_id, next_action
 
     check_run_id(run_id)
-    run = cached(Path(agent_dir) / STATE_DIR / ".git", run_id)
-    if run is None:
+    git_dir = Path(agent_dir) / STATE_DIR / ".git"
+    try:
+        head: str | None = _read(os.path.join(git_dir, PREFIX, run_id), 256).decode(
+            "ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        head = None
+    run = cached(git_dir, run_id, head) if head else None
+    if run is None or head is None:
         from .repo import StateRepo
 
         with StateRepo(os.fspath(agent_dir), config=config) as repo:
             view = repo.runs.read(run_id)
-        run = {"goal": view.goal, "state": view.state}
-    return render_run(run, next_action(run, now), locale, resolve_tz(config.timezone))
+        run, head = {"goal": view.goal, "state": view.state}, view.head
+    text = render_run(run, next_action(run, now), locale, resolve_tz(config.timezone))
+    return text, head
 
 
 CLAUDE_CODE_MAX_CHARS = 10_000  # what Claude Code keeps of a hook's additionalContext
@@ -126,12 +135,23 @@ def section(
     """The section for a wake-up, and warnings for stderr (hand edits, a withheld handoff).
     ``max_chars`` is the receiving runtime's budget (see ``render.fit``); ``config`` spares
     reading config.toml again when the caller has it."""
+    text, warnings, _ = section_at_head(agent_dir, locale=locale, now=now,
+                                        max_chars=max_chars, config=config)
+    return text, warnings
+
+
+def section_at_head(
+    agent_dir: str | os.PathLike[str], *, locale: str | None = None,
+    now: datetime | None = None, max_chars: int | None = None,
+    config: Config | None = None,
+) -> tuple[str, list[str], str | None]:
+    """:func:`section`, and the commit it was rendered from (None: nothing rendered)."""
     config = config or load_config(agent_dir)
     state_dir = os.path.join(agent_dir, STATE_DIR)
     if not os.path.isdir(os.path.join(state_dir, ".git")):
         raise NotInitialized(f"{agent_dir} has no gitstate repository; run `gitstate init`")
     if not config.enabled:
-        return "", []
+        return "", [], None
     moment = now or datetime.now(UTC)
     locale = locale or config.locale
     fast = _head_fast(state_dir)
@@ -139,11 +159,12 @@ def section(
         from .repo import StateRepo  # the slow, exact path: read HEAD through dulwich
 
         with StateRepo(os.fspath(agent_dir), config=config) as repo:
-            text = repo.render(now=moment, locale=locale, max_chars=max_chars)
+            head = repo.head()
+            text = repo.render(now=moment, locale=locale, max_chars=max_chars, commit=head)
             warnings = repo.worktree_warnings()
-            full = repo.render(now=moment, locale=locale) if max_chars else text
+            full = repo.render(now=moment, locale=locale, commit=head) if max_chars else text
     else:
-        state, compiled = fast
+        state, compiled, head = fast
         extra = phase_lines(compiled, state, moment, locale)
         tz = resolve_tz(config.timezone)
         full = render(state, moment, locale, tz, extra)
@@ -154,7 +175,7 @@ def section(
         warnings.append(f"the section is {text_chars(full)} characters, over this runtime's "
                         f"budget of {max_chars}: the handoff line was left out (every key line "
                         "is in); shorten the handoff, or lower [gitstate] injection_max_chars")
-    return text, warnings
+    return text, warnings, head
 
 
 def claude_code_output(text: str, event: str) -> str:
@@ -237,26 +258,67 @@ def run_fast(command: str, agent_dir: str, opts: dict[str, str]) -> int:
         if opts["runtime"] == "claude-code":
             budget = min(budget or CLAUDE_CODE_MAX_CHARS, CLAUDE_CODE_MAX_CHARS)
     run_id = opts.get("run") or (os.environ.get("GITSTATE_RUN") if command == "hook" else None)
+    moment = now or datetime.now(UTC)
     try:
-        block = ""
-        if run_id:
-            config = config or load_config(agent_dir)
-            block = run_block(agent_dir, run_id, locale=opts.get("locale") or config.locale,
-                              now=now or datetime.now(UTC), config=config)
-            if budget is not None:  # the block is never cut: the section fits what is left
-                budget = max(budget - text_chars(block), 1000)
-        text, warnings = section(agent_dir, locale=opts.get("locale"), now=now,
-                                 max_chars=budget, config=config)
-        text = text + ("\n" if text and block else "") + block
+        config = config or load_config(agent_dir)
+        locale = opts.get("locale") or config.locale
+        block, run_head = ("", None) if not run_id else run_block(
+            agent_dir, run_id, locale=locale, now=moment, config=config)
+        if budget is not None and block:  # the block is never cut: the section fits the rest
+            budget = max(budget - text_chars(block), 1000)
+        text, warnings, head = section_at_head(agent_dir, locale=locale, now=moment,
+                                               max_chars=budget, config=config)
     except GitStateError as exc:
         sys.stderr.write(f"gitstate: error [{exc.rule}]: {exc.message}\n")
         # A hook must never block the agent's prompt (exit 2 does in Claude Code).
         return 1 if command == "hook" else exc.exit_code
     for warning in warnings:
         sys.stderr.write(f"gitstate: warning: {warning}\n")
+    event = ""
     if command == "hook" and opts["runtime"] == "claude-code":
         event = opts.get("event") or hook_event_from_stdin(HOOK_EVENTS["claude-code"])
-        text = claude_code_output(text, event)
+    text = compose(text, block, opts.get("runtime", "render"), event)
+    if command == "hook":
+        from .receipts import record
+
+        record(os.path.join(agent_dir, STATE_DIR, ".git"), text.encode(), now=moment,
+               head=head, runtime=opts["runtime"], event=event, locale=locale,
+               tz=config.timezone, max_chars=budget, run_id=run_id, run_head=run_head)
     sys.stdout.write(text)
     sys.stdout.flush()
     return 0
+
+
+def compose(section_text: str, block: str, runtime: str, event: str) -> str:
+    """What a wake-up receives: the section, then the run's block, wrapped as the runtime
+    expects (Claude Code: its hook JSON)."""
+    text = section_text + ("\n" if section_text and block else "") + block
+    return claude_code_output(text, event) if runtime == "claude-code" else text
+
+
+def reproduce(agent_dir: str | os.PathLike[str], receipt: dict[str, object]) -> str:
+    """The bytes a receipt's wake-up received, rendered again from its commit, moment,
+    locale, zone, budget and run (``gitstate render --receipt``)."""
+    from .model import parse_time
+    from .repo import StateRepo
+
+    moment = parse_time(str(receipt["time"]))
+    locale = str(receipt["locale"])
+    tz = resolve_tz(str(receipt["tz"]) if receipt["tz"] else None)
+    budget = receipt["max_chars"] if isinstance(receipt["max_chars"], int) else None
+    with StateRepo(os.fspath(agent_dir)) as repo:
+        text, block = "", ""
+        if receipt["head"]:
+            commit = str(receipt["head"])
+            state, schema = repo.state_at(commit), repo.schema_at(commit)
+            extra = phase_lines(schema.compiled() if schema else None, state, moment, locale)
+            text = fit(state, moment, locale, tz, extra, budget)[0] if budget else \
+                render(state, moment, locale, tz, extra)
+        if receipt["run_id"] and receipt["run_head"]:
+            from .runrender import render_run
+            from .runs import next_action
+
+            view = repo.runs.read(str(receipt["run_id"]), str(receipt["run_head"]))
+            run = {"goal": view.goal, "state": view.state}
+            block = render_run(run, next_action(run, moment), locale, tz)
+    return compose(text, block, str(receipt["runtime"]), str(receipt["event"]))

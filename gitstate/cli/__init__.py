@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "get": "read:get",
     "render": "read:render",
     "hook": "read:hook",
+    "receipts": "read:receipts",
     "log": "audit:log",
     "show": "audit:show",
     "diff": "audit:diff",

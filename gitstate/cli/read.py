@@ -66,9 +66,11 @@ def get(obj: Ctx, now: str | None, at: str | None, history_n: int, as_json: bool
 @click.option("--run", "run_id", metavar="RUN_ID", help="Append this run's <state> block "
               "(goal, criteria met and unmet, steps, questions, approvals, budget; "
               "docs/runs.md).")
+@click.option("--receipt", "receipt_id", metavar="ID", help="Reproduce the exact bytes a "
+              "wake-up received (see `gitstate receipts`) and check their sha256.")
 @click.pass_obj
 def render(obj: Ctx, locale: str | None, now: str | None, at: str | None,
-           run_id: str | None) -> None:
+           run_id: str | None, receipt_id: str | None) -> None:
     """Print the section injected into a wake-up, and nothing else.
 
     Empty state (or [memory] working_state_enabled = false) prints nothing at all. With
@@ -77,6 +79,12 @@ def render(obj: Ctx, locale: str | None, now: str | None, at: str | None,
     """
     from ..fastpath import run_fast, section
 
+    if receipt_id is not None:
+        if any(v is not None for v in (locale, now, at, run_id)):
+            raise click.UsageError("--receipt reproduces the receipt's own locale, time, "
+                                   "commit and run: give it alone")
+        _reproduce(obj, receipt_id)
+        return
     if run_id is not None:
         if at is not None:
             raise click.UsageError("--run shows the run as it is now; see `gitstate run show "
@@ -133,3 +141,46 @@ def hook(obj: Ctx, runtime: str, event: str | None, locale: str | None,
     code = run_fast("hook", str(obj.agent_dir), opts)
     if code:
         raise click.exceptions.Exit(code)
+
+
+def _reproduce(obj: Ctx, receipt_id: str) -> None:
+    from .. import receipts
+    from ..errors import Refused
+    from ..fastpath import reproduce
+
+    rec = receipts.find(str(obj.agent_dir / "state" / ".git"), receipt_id)
+    if rec is None:
+        raise Refused(f"no receipt {receipt_id!r} (see `gitstate receipts`)",
+                      rule="receipt.unknown")
+    text = reproduce(obj.agent_dir, rec)
+    if receipts.digest(text.encode()) != rec["sha256"]:
+        raise Refused(f"the bytes rendered again from {str(rec['head'])[:12]} differ from "
+                      f"what receipt {receipt_id} records (sha256 {rec['sha256'][:16]}...): "
+                      "the history or the run was changed since", rule="receipt.mismatch")
+    sys.stdout.write(text)
+
+
+@click.command()
+@click.option("--since", help="Only wake-ups at or after this ISO 8601 time.")
+@click.option("-n", "limit", type=click.IntRange(1), help="At most N receipts.")
+@json_option
+@click.pass_obj
+def receipts(obj: Ctx, since: str | None, limit: int | None, as_json: bool) -> None:
+    """What each wake-up received, newest first: time, main's commit, the sha256 and size
+    of the bytes delivered, the runtime and event, the run.
+
+    Every `gitstate hook ...` records one (state/.git/gitstate-receipts.jsonl, rotated at
+    1 MiB). `gitstate render --receipt ID` reproduces those exact bytes.
+    """
+    from .. import receipts as store
+
+    items: list[dict[str, Any]] = []
+    for rec in store.entries(str(obj.agent_dir / "state" / ".git"), parse_now(since)):
+        if limit is not None and len(items) >= limit:
+            break
+        items.append(rec)
+    emit({"receipts": items}, as_json, lambda d: "\n".join(
+        f"{r['time']}  {r['id']}  {str(r['head'] or '-')[:12]}  {r['runtime']}"
+        f"{'/' + r['event'] if r['event'] else ''}  {r['bytes']} bytes  sha256 "
+        f"{r['sha256'][:16]}" + (f"  run {r['run_id']}" if r["run_id"] else "")
+        for r in d["receipts"]) or "(no receipts)")
