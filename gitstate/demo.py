@@ -39,7 +39,14 @@ def _step(clock: _Clock, title: str) -> None:
 
 
 def _section(repo: StateRepo, clock: _Clock) -> None:
+    """A wake-up: the section it receives, and its receipt (as a hook records one)."""
+    from . import receipts
+
     text = repo.render(now=clock.now)
+    receipts.record(str(repo.state_dir / ".git"), text.encode(), now=clock.now,
+                    head=repo.head(), runtime="demo", event="wake-up",
+                    locale=repo.config.locale, tz=repo.config.timezone, max_chars=None,
+                    run_id=None, run_head=None)
     click.echo(click.style("  | ", fg="green") + text.rstrip("\n").replace(
         "\n", "\n" + click.style("  | ", fg="green")) if text else "  (empty section)")
 
@@ -88,10 +95,22 @@ def run_demo(agent_dir: Path | None = None, keep: bool = False) -> Path:
         _step(clock, "After 13:30 the day-scoped rule has expired; a wake-up now sees:")
         _section(repo, clock)
 
+        clock.at("08-13", "14:20")
+        _step(clock, "The review sets tomorrow's line, 258, with its reason.")
+        repo.set("stop_loss.2317", 258, "明日沿用：跌破 258 出場", ttl_hours=24)
+        clock.at("08-13", "14:25")
+        _section(repo, clock)
+
         _step(clock, "The audit trail, straight from git (`git log`):")
         _print_log(repo)
         head = repo.head()
+        from .report import write_report
+
+        site = Path(tempfile.mkdtemp(prefix="gitstate-demo-report-"))
+        pages = write_report(repo, site, "trader-agent")
     click.secho(f"\nDone: {head[:12]} is HEAD; every change above is one commit.", bold=True)
+    click.echo(f"The auditor's report ({pages} pages, no network needed): "
+               f"{(site / 'index.html').as_uri()}")
     if temp and not keep:
         shutil.rmtree(root, ignore_errors=True)
     else:

@@ -134,7 +134,7 @@ class WriteEngine:
             entry = self.reader.state_at(self.reader.head()).keys.get(key) if key else None
             head_value = entry.value if entry is not None else None
         refusals.record(store, identity(self.config), rule=exc.rule, message=exc.message,
-                        writer=self.writer, head_value=head_value,
+                        writer=self.writer, head_value=head_value, time=format_time(self.now()),
                         **{k: attempt.get(k) for k in ("op", "key", "attempted", "expected",
                                                         "actor", "reason", "request_id")})
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import locking, runs
 from .errors import StoreError
+from .model import format_time
 from .results import RunView
 from .trailers import encode_json
 
@@ -180,7 +181,8 @@ class Ledger:
         refusals.record(self.store, identity(self.config), rule=exc.rule, op="run_event",
                         key=f"runs/{run_id}", attempted=event, actor=self.actor,
                         writer=writer, reason=reason, request_id=request_id, run_id=run_id,
-                        message=exc.message, expected=kind)
+                        message=exc.message, expected=kind,
+                        time=format_time(self._now()))
 
     def _commit(self, run_id: str, base: str | None, run: dict[str, Any],
                 event: dict[str, Any], reason: str, writer: str, request_id: str | None,

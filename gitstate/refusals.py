@@ -75,7 +75,8 @@ def record(store: GitStore, identity: bytes, **fields: Any) -> str | None:
                       f"{entry['rule']}"
             message = (summary.replace("\n", " ")[:200] + "\n\nGitstate-Refusal: "
                        + encode_json(entry) + f"\nGitstate-Seq: {seq}\n").encode()
-            when = int(datetime.now(UTC).timestamp())
+            when = int(datetime.fromisoformat(str(entry["time"]).replace("Z", "+00:00"))
+                       .timestamp())
             commit = store.commit(head, {FILE: data}, message, identity, when, ref=REF)
         store.consolidate()  # outside the journal's lock, as after any write
         return commit

@@ -51,6 +51,8 @@ COMMANDS: dict[str, str] = {
     "status": "remote:status",
     "verify-push": "remote:verify_push",
     "fleet": "remote:fleet",
+    "report": "report:report",
+    "serve": "report:serve",
     "mcp": "serve:mcp",
     "demo": "serve:demo",
 }

@@ -1,0 +1,59 @@
+"""`gitstate report --html DIR` and `gitstate serve`: the auditor's pages."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from ..errors import UsageError
+from .context import Ctx
+
+
+@click.command()
+@click.option("--html", "out", required=True, type=click.Path(file_okay=False,
+              path_type=Path), help="The directory to write the site to (made if absent).")
+@click.option("--fleet", "fleet_root", type=click.Path(file_okay=False, exists=True,
+              path_type=Path), help="Every agent directory under this root, with an index.")
+@click.pass_obj
+def report(obj: Ctx, out: Path, fleet_root: Path | None) -> None:
+    """Write a static, self-contained site for auditors (no script, no network; open
+    DIR/index.html from disk): the overview (live keys, handoff, verify, recent wake-ups),
+    one timeline per key (the value over time; sets, clears, expiries, reverts, refused
+    attempts and wake-ups marked; every event in a table), and a page per recent commit (the
+    key-level change and the section before and after). docs/audit.md.
+    """
+    from ..report import write_fleet, write_report
+
+    def progress(text: str) -> None:
+        click.echo(f"  {text}", err=True)
+
+    if fleet_root is not None:
+        pages = write_fleet(fleet_root, out, progress)
+    else:
+        with obj.repo() as repo:
+            pages = write_report(repo, out, obj.agent_dir.resolve().name, progress)
+    click.echo(f"wrote {pages} pages: {(out / 'index.html').resolve().as_uri()}")
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind. Anything but loopback needs a bearer token.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8766, show_default=True,
+              help="Port to bind (0: any free port).")
+@click.option("--token-env", default="GITSTATE_REPORT_TOKEN", show_default=True,
+              help="Environment variable holding the bearer token (required off loopback).")
+@click.pass_obj
+def serve(obj: Ctx, host: str, port: int, token_env: str) -> None:
+    """Serve the report's pages live and read-only (GET only), built per request from the
+    repository as it is now."""
+    from ..report import serve as serve_pages
+
+    token = os.environ.get(token_env) or None
+    if host not in ("127.0.0.1", "::1", "localhost") and token is None:
+        raise UsageError(f"binding {host} needs a bearer token in ${token_env}",
+                         rule="usage.token_required")
+    obj.repo().close()  # fail fast, with the usual message, if not initialised
+    serve_pages(obj.agent_dir, host, port, token,
+                ready=lambda url: click.echo(f"serving {url} (Ctrl-C stops)", err=True))

@@ -1,0 +1,154 @@
+"""`gitstate report --html DIR` and `gitstate serve`: the auditor's pages, on disk or live.
+
+The report is a static site (gitstate/htmlreport.py; no script, no network, works from
+file://): ``index.html`` (the overview), ``keys/<key>.html`` (each key's timeline) and
+``commits/<id>.html`` for the newest commits (reportdata.COMMIT_PAGES). Each file is written
+whole before its name appears (write to a temporary name, then rename), so a browser never
+reads a half page. With a fleet root, ``index.html`` lists every agent under it and each
+agent's site goes to ``agents/<agent>/``.
+
+``serve`` builds the same pages per request from the live repository, read-only (GET and
+HEAD only, no path outside the three kinds), on 127.0.0.1 unless told otherwise; bound to
+any other address it requires a bearer token from the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import htmlreport, reportdata
+
+if TYPE_CHECKING:
+    from .repo import StateRepo
+
+Progress = Callable[[str], None]
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def build(repo: StateRepo, name: str) -> dict[str, str]:
+    """Every page of one agent: relative path -> HTML."""
+    now = repo.now()
+    lines = reportdata.timelines(repo)
+    pages = {"index.html": htmlreport.overview_page(reportdata.overview(repo, name),
+                                                    sorted(lines))}
+    for key, tl in lines.items():
+        pages[f"keys/{htmlreport.slug(key)}.html"] = htmlreport.key_page(name, key, tl, now)
+    for data in reportdata.commit_pages(repo):
+        pages[f"commits/{data['commit']}.html"] = htmlreport.commit_page(name, data)
+    return pages
+
+
+def write_report(repo: StateRepo, out: Path, name: str,
+                 progress: Progress | None = None) -> int:
+    """Write one agent's site under ``out``; returns the number of pages."""
+    pages = build(repo, name)
+    for i, (rel, text) in enumerate(sorted(pages.items()), 1):
+        _write(out / rel, text)
+        if progress and (i % 100 == 0 or i == len(pages)):
+            progress(f"{i}/{len(pages)} pages")
+    return len(pages)
+
+
+def write_fleet(root: Path, out: Path, progress: Progress | None = None) -> int:
+    """A site per agent under ``root`` and an index over them; returns the page count."""
+    from .audit import fleet
+    from .repo import StateRepo
+
+    rows = fleet(root)
+    total = 0
+    for n, row in enumerate(rows, 1):
+        if "error" in row:
+            continue
+        with StateRepo(root / row["agent"]) as repo:
+            total += write_report(repo, out / "agents" / htmlreport.slug(row["agent"]),
+                                  row["agent"])
+        if progress:
+            progress(f"{n}/{len(rows)} agents")
+    _write(out / "index.html", htmlreport.fleet_page(rows))
+    return total + 1
+
+
+def page_for(repo: StateRepo, name: str, path: str) -> str | None:
+    """One page, built now (``serve``); None for any path that is not one of ours."""
+    parts = path.strip("/").split("/")
+    if parts in ([""], ["index.html"]):
+        return htmlreport.overview_page(reportdata.overview(repo, name),
+                                        sorted(reportdata.timelines(repo)))
+    if len(parts) == 2 and parts[0] == "keys" and parts[1].endswith(".html"):
+        lines = reportdata.timelines(repo)
+        for key, tl in lines.items():
+            if htmlreport.slug(key) + ".html" == parts[1]:
+                return htmlreport.key_page(name, key, tl, repo.now())
+        return None
+    if len(parts) == 2 and parts[0] == "commits" and parts[1].endswith(".html"):
+        commit = parts[1][:-5]
+        if len(commit) != 40 or any(c not in "0123456789abcdef" for c in commit):
+            return None
+        for data in reportdata.commit_pages(repo):
+            if data["commit"] == commit:
+                return htmlreport.commit_page(name, data)
+    return None
+
+
+def serve(agent_dir: Path, host: str, port: int, token: str | None,
+          ready: Callable[[str], None] | None = None) -> None:
+    """Serve the pages live until interrupted."""
+    import hmac
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from .repo import StateRepo
+
+    name = agent_dir.resolve().name
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self, body: bool) -> None:
+            if token is not None:
+                given = self.headers.get("Authorization", "")
+                if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                    self.send_error(401, "a bearer token is required")
+                    return
+            try:
+                with StateRepo(agent_dir) as repo:
+                    text = page_for(repo, name, self.path.split("?", 1)[0])
+            except Exception:  # one bad request must not stop the server
+                self.send_error(500, "the page could not be built")
+                return
+            if text is None:
+                self.send_error(404)
+                return
+            data = text.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Content-Security-Policy", "default-src 'none'; "
+                             "style-src 'unsafe-inline'; img-src 'none'")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.end_headers()
+            if body:
+                self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            self._answer(True)
+
+        def do_HEAD(self) -> None:
+            self._answer(False)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    if ready:
+        ready(f"http://{host}:{server.server_address[1]}/")
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()

@@ -1,0 +1,150 @@
+"""What the auditor's report shows, gathered from one agent's repository as plain data.
+
+The overview (live keys, the handoff, verify's checks, recent wake-ups and commits), one
+timeline per key (every set, clear, revert and adopt from the history projection, expiries
+derived from the stored expiry times, refused attempts from the refusal journal, and wake-up
+receipts with the value each received), and the commits that get a page of their own (the
+key-level change and the section as injected before and after). htmlreport.py turns this
+into pages; nothing here writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from . import receipts, refusals
+from .model import State, display_value, parse_time
+
+if TYPE_CHECKING:
+    from .repo import StateRepo
+
+COMMIT_PAGES = 200  # the newest commits get a page; older ones are in the key tables
+RECENT = 20
+KEY_EVENTS = 2000  # a key's page shows its newest changes (and receipts) up to this
+
+
+def overview(repo: StateRepo, name: str, use_git: bool = False) -> dict[str, Any]:
+    from .audit import verify
+
+    now = repo.now()
+    state = repo.state()
+    checks = [c.to_dict() for c in verify(repo, use_git=use_git)]
+    git_dir = str(repo.state_dir / ".git")
+    return {
+        "agent": name, "head": repo.head(), "now": now.isoformat(),
+        "live": [{"key": k, "value": display_value(e.value), "set_at": e.set_at,
+                  "reason": e.reason, "actor": e.actor, "expires_at": e.expires_at}
+                 for k, e in sorted(state.live(now).items())],
+        "handoff": None if state.handoff is None else {
+            "note": state.handoff.note, "left_at": state.handoff.left_at,
+            "status": state.handoff.status},
+        "checks": checks, "ok": all(c["ok"] for c in checks),
+        "wakeups": list(_take(receipts.entries(git_dir), RECENT)),
+        "commits": [dict(r) for r in repo.history(RECENT)],
+    }
+
+
+def _take(items: Iterator[dict[str, Any]], n: int) -> Iterator[dict[str, Any]]:
+    for i, item in enumerate(items):
+        if i >= n:
+            return
+        yield item
+
+
+def timelines(repo: StateRepo) -> dict[str, dict[str, Any]]:
+    """key -> {"events": [...], "refused": [...], "wakeups": [...]}, oldest first."""
+    now = repo.now()
+    out: dict[str, dict[str, Any]] = {}
+
+    def line(key: str) -> dict[str, Any]:
+        return out.setdefault(key, {"events": [], "refused": [], "wakeups": []})
+
+    for rec in repo.full_history():  # oldest first
+        keys = [str(rec["key"])] if rec.get("key") else sorted(
+            str(k) for k in (rec.get("adopt") or {}).get("keys", {}))
+        for key in keys:
+            if rec.get("key") == key:
+                op = "revert" if rec.get("reverts") else rec["op"]
+                value = rec["new"] if rec["op"] != "clear" else None
+            else:  # an adopted hand edit names its keys and their new values
+                op, value = "adopt", (rec.get("adopt") or {}).get("keys", {}).get(key)
+            line(key)["events"].append({
+                "time": rec["time"], "op": op, "value": value, "reason": rec["reason"],
+                "actor": rec["actor"], "commit": rec["commit"],
+                "expires_at": rec.get("expires_at")})
+    for tl in out.values():
+        tl["events"] = _with_expiries(tl["events"], now)
+    for entry in refusals.entries(repo.store):
+        refused_key = entry.get("key")
+        if refused_key and not entry.get("damaged") and \
+                not str(refused_key).startswith("runs/"):
+            line(str(refused_key))["refused"].append(entry)
+    for tl in out.values():
+        tl["refused"].reverse()
+    _wakeups(repo, out)
+    for tl in out.values():  # a page stays readable: older entries are in `gitstate log`
+        tl["left_out"] = {name: max(len(tl[name]) - KEY_EVENTS, 0)
+                          for name in ("events", "refused", "wakeups")}
+        for name in ("events", "refused", "wakeups"):
+            tl[name] = tl[name][-KEY_EVENTS:]
+    return out
+
+
+def _with_expiries(events: list[dict[str, Any]], now: datetime) -> list[dict[str, Any]]:
+    """An expiry mark where a set's expiry passed before the next change of the key."""
+    result = []
+    for i, ev in enumerate(events):
+        result.append(ev)
+        expires = ev.get("expires_at")
+        if ev["op"] == "clear" or not expires:
+            continue
+        ends = parse_time(events[i + 1]["time"]) if i + 1 < len(events) else now
+        if parse_time(expires) <= ends:
+            result.append({"time": expires, "op": "expire", "value": None,
+                           "reason": "its expiry passed", "actor": None,
+                           "commit": ev["commit"], "expires_at": None})
+    return result
+
+
+def _wakeups(repo: StateRepo, out: dict[str, dict[str, Any]]) -> None:
+    """Each receipt, on every key's timeline, with the value that wake-up received."""
+    states: dict[str, State] = {}
+    for rec in reversed(list(receipts.entries(str(repo.state_dir / ".git")))):
+        head = rec.get("head")
+        if not head:
+            continue
+        if head not in states:
+            try:
+                states[head] = repo.state_at(str(head))
+            except Exception:  # a receipt of a commit gone: shown as receiving nothing
+                states[head] = State()
+        moment = parse_time(str(rec["time"]))
+        live = states[head].live(moment)
+        for key, tl in out.items():
+            entry = live.get(key)
+            tl["wakeups"].append({"time": rec["time"], "id": rec["id"],
+                                  "runtime": rec["runtime"], "head": head,
+                                  "value": None if entry is None else display_value(
+                                      entry.value)})
+
+
+def commit_pages(repo: StateRepo, limit: int = COMMIT_PAGES) -> list[dict[str, Any]]:
+    """The newest commits: the change, and the section as injected before and after (at
+    the commit's own time, in the configured locale)."""
+    from .audit import show
+
+    pages = []
+    for rec in repo.history(limit):
+        data = show(repo, rec["commit"])
+        moment = parse_time(rec["time"])
+        data["section_after"] = repo.render(now=moment, commit=rec["commit"])
+        data["section_before"] = repo.render(now=moment, commit=rec["parent"]) \
+            if rec.get("parent") else ""
+        pages.append(data)
+    return pages
+
+
+def generated_at() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
