@@ -27,11 +27,12 @@ from .base import BRANCH, ZERO, CommitInfo, WorktreeStatus
 from .fs import atomic_write, git_blob_id
 from .packs import PackOps
 from .transport import TransportOps
+from .trees import TreeOps
 from .worktree import WorktreeOps
 
 __all__ = ["BRANCH", "ZERO", "CommitInfo", "GitStore", "WorktreeStatus", "atomic_write",
            "git_blob_id"]
 
 
-class GitStore(WorktreeOps, TransportOps, PackOps):
+class GitStore(WorktreeOps, TransportOps, PackOps, TreeOps):
     """One state repository (``<agent dir>/state``, or a bare server repository)."""

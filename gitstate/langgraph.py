@@ -1,0 +1,414 @@
+"""gitstate as a LangGraph checkpointer: ``GitCheckpointSaver(agent_dir)``.
+
+Each (thread, namespace) has two refs of its own in the agent's state repository, never
+main: ``refs/gitstate/threads/<thread>/<ns>/checkpoints`` (one commit per checkpoint) and
+``.../writes`` (one commit per ``put_writes``). A checkpoint commit's tree holds
+``checkpoint`` and ``metadata`` (LangGraph's own serde, typed) and
+``blobs/<channel>/<version>``: every channel value of the thread by version, so a channel
+that did not change is the same blob as before, stored once, and ``git show`` of a
+checkpoint lists exactly the channels that changed. The message is a summary line and
+trailers: ``Gitstate-Checkpoint``, ``Gitstate-Parent-Checkpoint`` (LangGraph's parent, which
+differs from the git parent after a fork), ``Gitstate-Source``, ``Gitstate-Step``,
+``Gitstate-Run-Id``. Pending writes live on the writes ref as
+``<checkpoint>/<task>/<idx>``, so an interrupted super-step resumes with them.
+
+Deletes keep the audit trail: ``delete_thread`` (and ``prune(strategy="delete")``) move the
+thread's refs to ``refs/gitstate/archive/threads/<thread>/<time>/...`` instead of dropping
+commits; ``delete_for_runs`` and ``prune(strategy="keep_latest")`` add a tombstone commit
+(``Gitstate-Delete-Runs`` / ``Gitstate-Prune-Keep``) that later reads honour, so the
+checkpoints they hide stay in history. ``copy_thread`` points the target's refs at the
+source's commits (nothing is copied, the history is shared).
+
+A thread has its own kernel lock (``.git/gitstate-thread-<hash>.flock``), so writers of
+different threads never wait for each other, and a ref moves only by compare-and-swap, so
+two writers of one thread never lose a checkpoint. The async methods run the sync ones in a
+worker thread. Names (threads, namespaces, channels, versions, tasks) are percent-encoded
+into ref and path components (``[A-Za-z0-9_-]`` kept), never interpreted as paths.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from . import locking
+from .errors import StoreError
+from .store.trees import Change
+from .trailers import encode_json
+
+PREFIX = "refs/gitstate/threads/"
+ARCHIVE = "refs/gitstate/archive/threads/"
+_KEEP = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_EMPTY = b"empty\0"
+
+
+def enc(name: str) -> str:
+    """A ref or path component for any string: percent-encoded, never '.' or '..'."""
+    if name == "":
+        return "%"
+    out = "".join(c if c in _KEEP else "".join(f"%{b:02X}" for b in c.encode())
+                  for c in name)
+    if len(out) > 120:  # a file-name limit, not a collision risk: the hash decides
+        out = out[:60] + "+" + hashlib.sha256(name.encode()).hexdigest()[:40]
+    return out
+
+
+def dec(component: str) -> str:
+    if component == "%":
+        return ""
+    from urllib.parse import unquote
+
+    return unquote(component)
+
+
+def _typed(data: tuple[str, bytes]) -> bytes:
+    return data[0].encode() + b"\0" + data[1]
+
+
+def _untyped(raw: bytes) -> tuple[str, bytes]:
+    kind, _, body = raw.partition(b"\0")
+    return kind.decode(), body
+
+
+class GitCheckpointSaver(BaseCheckpointSaver[int]):
+    """A LangGraph ``BaseCheckpointSaver`` whose checkpoints are git commits (see the
+    module docstring). ``agent_dir`` is a gitstate agent directory (made if absent)."""
+
+    def __init__(self, agent_dir: str | Path, *,
+                 serde: SerializerProtocol | None = None) -> None:
+        super().__init__(serde=serde)
+        from .repo import StateRepo
+
+        path = Path(agent_dir)
+        if not (path / "state" / ".git").is_dir():
+            StateRepo.init(path).close()
+        self.repo = StateRepo(path, writer="runtime")
+        self.store = self.repo.store
+        from .engine import identity
+
+        self.identity = identity(self.repo.config)
+        self.mutex = threading.RLock()  # one store, many worker threads (the async API)
+
+    def close(self) -> None:
+        self.repo.close()
+
+    def __enter__(self) -> GitCheckpointSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- refs and locks -----------------------------------------------------------------
+
+    @staticmethod
+    def _ref(thread_id: str, ns: str, kind: str) -> str:
+        return f"{PREFIX}{enc(thread_id)}/{enc(ns)}/{kind}"
+
+    def _lock(self, thread_id: str) -> Any:
+        digest = hashlib.sha256(thread_id.encode()).hexdigest()[:24]
+        return locking.exclusive(self.store.git_dir / f"gitstate-thread-{digest}.flock")
+
+    def _namespaces(self, thread_id: str) -> dict[str, str]:
+        """ns -> checkpoints head of one thread."""
+        out = {}
+        for name, head in self.store.refs_under(f"{PREFIX}{enc(thread_id)}/").items():
+            ns_part, _, kind = name.rpartition("/")
+            if kind == "checkpoints":
+                out[dec(ns_part)] = head
+        return out
+
+    def _threads(self) -> list[str]:
+        return sorted({dec(name.split("/", 1)[0])
+                       for name in self.store.refs_under(PREFIX)})
+
+    def _commit(self, ref: str, changes: dict[str, Change], message: str) -> str:
+        when = int(datetime.now(UTC).timestamp())
+        for _ in range(5):
+            base = self.store.ref(ref)
+            new = self.store.tree_commit(ref, base, changes, message.encode(),
+                                         self.identity, when)
+            if new is not None:
+                return new
+        raise StoreError(f"{ref} kept moving while writing", rule="store.contention")
+
+    # -- reading --------------------------------------------------------------------------
+
+    def _visible(self, head: str) -> Iterator[tuple[str, str, dict[str, str]]]:
+        """(commit, checkpoint id, trailers) of the checkpoints a reader sees, newest
+        first: tombstones hide runs deleted and checkpoints pruned after them."""
+        deleted: set[str] = set()
+        keep: str | None = None
+        pruned = False
+        for info in self.store.walk(head):
+            fields = _trailers(info.message)
+            if "Delete-Runs" in fields:
+                deleted |= set(json.loads(fields["Delete-Runs"]))
+                continue
+            if "Prune-Keep" in fields:
+                if not pruned:
+                    pruned, keep = True, json.loads(fields["Prune-Keep"])
+                continue
+            if "Checkpoint" not in fields:
+                continue
+            cid = str(json.loads(fields["Checkpoint"]))
+            if pruned and cid != keep:
+                continue
+            if "Run-Id" in fields and json.loads(fields["Run-Id"]) in deleted:
+                continue
+            yield info.id, cid, fields
+
+    def _tuple(self, thread_id: str, ns: str, commit: str, cid: str,
+               fields: dict[str, str]) -> CheckpointTuple:
+        files = self.store.tree_files(commit)
+        checkpoint: Checkpoint = self.serde.loads_typed(
+            _untyped(self.store.blob(files["checkpoint"])))
+        metadata = self.serde.loads_typed(_untyped(self.store.blob(files["metadata"])))
+        values: dict[str, Any] = {}
+        for channel, version in checkpoint["channel_versions"].items():
+            sha = files.get(f"blobs/{enc(channel)}/{enc(str(version))}")
+            if sha is None:
+                continue
+            raw = self.store.blob(sha)
+            if raw != _EMPTY:
+                values[channel] = self.serde.loads_typed(_untyped(raw))
+        parent = json.loads(fields.get("Parent-Checkpoint", "null"))
+        return CheckpointTuple(
+            config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
+                                     "checkpoint_id": cid}},
+            checkpoint={**checkpoint, "channel_values": values},
+            metadata=metadata,
+            parent_config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
+                                            "checkpoint_id": parent}} if parent else None,
+            pending_writes=self._writes(thread_id, ns, cid))
+
+    def _writes(self, thread_id: str, ns: str, cid: str) -> list[tuple[str, str, Any]]:
+        head = self.store.ref(self._ref(thread_id, ns, "writes"))
+        if head is None:
+            return []
+        rows = []
+        for sha in self.store.tree_files(head, enc(cid)).values():
+            header, _, body = self.store.blob(sha).partition(b"\n")
+            meta = json.loads(header)
+            rows.append((writes_sort_key(meta["task_path"], meta["task_id"], meta["idx"]),
+                         meta["task_id"], meta["channel"], _untyped(body)))
+        rows.sort(key=lambda r: r[0])
+        return [(task, channel, self.serde.loads_typed(value))
+                for _, task, channel, value in rows]
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        conf = config["configurable"]
+        thread_id, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
+        wanted = get_checkpoint_id(config)
+        with self.mutex:
+            head = self.store.ref(self._ref(thread_id, ns, "checkpoints"))
+            if head is None:
+                return None
+            best: tuple[str, str, dict[str, str]] | None = None
+            for commit, cid, fields in self._visible(head):
+                if wanted is not None:
+                    if cid == wanted:
+                        return self._tuple(thread_id, ns, commit, cid, fields)
+                    continue
+                if best is None or cid > best[1]:  # the newest id, as LangGraph's savers
+                    best = (commit, cid, fields)
+            return None if best is None else self._tuple(thread_id, ns, *best)
+
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+             before: RunnableConfig | None = None,
+             limit: int | None = None) -> Iterator[CheckpointTuple]:
+        conf = (config or {}).get("configurable") or {}
+        threads = [str(conf["thread_id"])] if conf.get("thread_id") is not None else \
+            self._threads()
+        want_ns = conf.get("checkpoint_ns")
+        want_id = conf.get("checkpoint_id")
+        before_id = get_checkpoint_id(before) if before else None
+        with self.mutex:
+            found = []
+            for thread_id in threads:
+                for ns, head in sorted(self._namespaces(thread_id).items()):
+                    if want_ns is not None and ns != want_ns:
+                        continue
+                    for commit, cid, fields in self._visible(head):
+                        if (want_id and cid != want_id) or (before_id and cid >= before_id):
+                            continue
+                        found.append((thread_id, ns, commit, cid, fields))
+            found.sort(key=lambda f: f[3], reverse=True)
+            count = 0
+            for thread_id, ns, commit, cid, fields in found:
+                if limit is not None and count >= limit:
+                    return
+                tup = self._tuple(thread_id, ns, commit, cid, fields)
+                if filter and not all(tup.metadata.get(k) == v for k, v in filter.items()):
+                    continue
+                count += 1
+                yield tup
+
+    # -- writing --------------------------------------------------------------------------
+
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint,
+            metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
+        conf = config["configurable"]
+        thread_id, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
+        stored = checkpoint.copy()
+        values: dict[str, Any] = stored.pop("channel_values")  # type: ignore[misc]
+        meta = get_checkpoint_metadata(config, metadata)
+        changes: dict[str, Change] = {
+            "checkpoint": _typed(self.serde.dumps_typed(stored)),
+            "metadata": _typed(self.serde.dumps_typed(meta))}
+        for channel, version in new_versions.items():
+            changes[f"blobs/{enc(channel)}/{enc(str(version))}"] = \
+                _typed(self.serde.dumps_typed(values[channel])) if channel in values \
+                else _EMPTY
+        parent = conf.get("checkpoint_id")
+        step, source = meta.get("step"), meta.get("source")
+        summary = f"checkpoint {checkpoint['id']}: step {step} ({source})".replace("\n", " ")
+        lines = [summary[:200], "",
+                 f"Gitstate-Checkpoint: {encode_json(checkpoint['id'])}",
+                 f"Gitstate-Parent-Checkpoint: {encode_json(parent)}",
+                 f"Gitstate-Source: {encode_json(source)}",
+                 f"Gitstate-Step: {encode_json(step)}"]
+        if meta.get("run_id") is not None:
+            lines.append(f"Gitstate-Run-Id: {encode_json(str(meta['run_id']))}")
+        with self.mutex, self._lock(thread_id):
+            self._commit(self._ref(thread_id, ns, "checkpoints"), changes,
+                         "\n".join(lines) + "\n")
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
+                                 "checkpoint_id": checkpoint["id"]}}
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                   task_id: str, task_path: str = "") -> None:
+        conf = config["configurable"]
+        thread_id, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
+        cid = str(conf["checkpoint_id"])
+        ref = self._ref(thread_id, ns, "writes")
+        with self.mutex, self._lock(thread_id):
+            head = self.store.ref(ref)
+            have = self.store.tree_files(head, enc(cid)) if head else {}
+            changes: dict[str, Change] = {}
+            for i, (channel, value) in enumerate(writes):
+                idx = WRITES_IDX_MAP.get(channel, i)
+                path = f"{enc(task_id)}/{idx}"
+                if idx >= 0 and path in have:
+                    continue  # a retried task's writes are kept as first written
+                header = json.dumps({"task_id": task_id, "channel": channel, "idx": idx,
+                                     "task_path": task_path}, sort_keys=True)
+                changes[f"{enc(cid)}/{path}"] = header.encode() + b"\n" + _typed(
+                    self.serde.dumps_typed(value))
+            if changes:
+                self._commit(ref, changes, f"writes of task {task_id} for checkpoint "
+                             f"{cid}\n\nGitstate-Writes-For: {cid}\nGitstate-Task: "
+                             f"{encode_json(task_id)}\n")
+
+    def _archive(self, thread_id: str) -> None:
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        for name, head in self.store.refs_under(f"{PREFIX}{enc(thread_id)}/").items():
+            self.store.move_ref(f"{ARCHIVE}{enc(thread_id)}/{stamp}/{name}", None, head)
+            self.store.move_ref(f"{PREFIX}{enc(thread_id)}/{name}", head, None)
+
+    def delete_thread(self, thread_id: str) -> None:
+        with self.mutex, self._lock(str(thread_id)):
+            self._archive(str(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        wanted = {str(r) for r in run_ids}
+        if not wanted:
+            return
+        with self.mutex:
+            for thread_id in self._threads():
+                with self._lock(thread_id):
+                    for ns, head in self._namespaces(thread_id).items():
+                        hit = any("Run-Id" in f and json.loads(f["Run-Id"]) in wanted
+                                  for _, _, f in self._visible(head))
+                        if hit:
+                            self._commit(self._ref(thread_id, ns, "checkpoints"), {},
+                                         f"delete the checkpoints of {len(wanted)} runs\n\n"
+                                         f"Gitstate-Delete-Runs: "
+                                         f"{encode_json(sorted(wanted))}\n")
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        src, dst = str(source_thread_id), str(target_thread_id)
+        with self.mutex, self._lock(dst):
+            self._archive(dst)
+            for name, head in self.store.refs_under(f"{PREFIX}{enc(src)}/").items():
+                self.store.move_ref(f"{PREFIX}{enc(dst)}/{name}", None, head)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"unknown prune strategy {strategy!r}")
+        with self.mutex:
+            for thread_id in (str(t) for t in thread_ids):
+                with self._lock(thread_id):
+                    if strategy == "delete":
+                        self._archive(thread_id)
+                        continue
+                    for ns, head in self._namespaces(thread_id).items():
+                        latest = max((cid for _, cid, _ in self._visible(head)), default=None)
+                        if latest is not None:
+                            self._commit(self._ref(thread_id, ns, "checkpoints"), {},
+                                         f"prune: keep only {latest}\n\n"
+                                         f"Gitstate-Prune-Keep: {encode_json(latest)}\n")
+
+    # -- async: the same, in a worker thread --------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(self, config: RunnableConfig | None, *,
+                    filter: dict[str, Any] | None = None,
+                    before: RunnableConfig | None = None,
+                    limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
+        items = await asyncio.to_thread(lambda: [*self.list(
+            config, filter=filter, before=before, limit=limit)])
+        for item in items:
+            yield item
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
+                   metadata: CheckpointMetadata,
+                   new_versions: ChannelVersions) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                          task_id: str, task_path: str = "") -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *,
+                     strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+
+def _trailers(message: bytes) -> dict[str, str]:
+    out = {}
+    for line in message.decode("utf-8", "replace").splitlines():
+        name, sep, value = line.partition(": ")
+        if sep and name.startswith("Gitstate-"):
+            out[name[9:]] = value
+    return out
