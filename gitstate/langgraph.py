@@ -29,6 +29,7 @@ into ref and path components (``[A-Za-z0-9_-]`` kept), never interpreted as path
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import threading
@@ -141,6 +142,12 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
         return sorted({dec(name.split("/", 1)[0])
                        for name in self.store.refs_under(PREFIX)})
 
+    def _fold(self) -> None:
+        """After the thread's lock is released: fold small packs, as every gitstate write
+        does (each checkpoint adds one; unfolded, reads search hundreds)."""
+        with contextlib.suppress(OSError, StoreError):
+            self.store.consolidate()
+
     def _commit(self, ref: str, changes: dict[str, Change], message: str) -> str:
         when = int(datetime.now(UTC).timestamp())
         for _ in range(5):
@@ -179,18 +186,17 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
 
     def _tuple(self, thread_id: str, ns: str, commit: str, cid: str,
                fields: dict[str, str]) -> CheckpointTuple:
-        files = self.store.tree_files(commit)
+        head = self.store.tree_paths(commit, ["checkpoint", "metadata"])
         checkpoint: Checkpoint = self.serde.loads_typed(
-            _untyped(self.store.blob(files["checkpoint"])))
-        metadata = self.serde.loads_typed(_untyped(self.store.blob(files["metadata"])))
+            _untyped(self.store.blob(head["checkpoint"])))
+        metadata = self.serde.loads_typed(_untyped(self.store.blob(head["metadata"])))
+        paths = {f"blobs/{enc(channel)}/{enc(str(version))}": channel
+                 for channel, version in checkpoint["channel_versions"].items()}
         values: dict[str, Any] = {}
-        for channel, version in checkpoint["channel_versions"].items():
-            sha = files.get(f"blobs/{enc(channel)}/{enc(str(version))}")
-            if sha is None:
-                continue
+        for path, sha in self.store.tree_paths(commit, list(paths)).items():
             raw = self.store.blob(sha)
             if raw != _EMPTY:
-                values[channel] = self.serde.loads_typed(_untyped(raw))
+                values[paths[path]] = self.serde.loads_typed(_untyped(raw))
         parent = json.loads(fields.get("Parent-Checkpoint", "null"))
         return CheckpointTuple(
             config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
@@ -215,6 +221,15 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
         return [(task, channel, self.serde.loads_typed(value))
                 for _, task, channel, value in rows]
 
+    def _latest(self, head: str) -> str | None:
+        """The newest visible checkpoint id: recorded by each commit (``Gitstate-Latest``),
+        so finding it reads one commit; a commit without it is walked."""
+        fields = _trailers(self.store.commit_info(head).message)
+        if "Latest" in fields:
+            latest = json.loads(fields["Latest"])
+            return str(latest) if latest else None
+        return max((cid for _, cid, _ in self._visible(head)), default=None)
+
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         conf = config["configurable"]
         thread_id, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
@@ -223,15 +238,12 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
             head = self.store.ref(self._ref(thread_id, ns, "checkpoints"))
             if head is None:
                 return None
-            best: tuple[str, str, dict[str, str]] | None = None
+            # no id: the newest id, as LangGraph's own savers answer
+            wanted = wanted if wanted is not None else self._latest(head)
             for commit, cid, fields in self._visible(head):
-                if wanted is not None:
-                    if cid == wanted:
-                        return self._tuple(thread_id, ns, commit, cid, fields)
-                    continue
-                if best is None or cid > best[1]:  # the newest id, as LangGraph's savers
-                    best = (commit, cid, fields)
-            return None if best is None else self._tuple(thread_id, ns, *best)
+                if cid == wanted:
+                    return self._tuple(thread_id, ns, commit, cid, fields)
+            return None
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None,
@@ -289,9 +301,14 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
                  f"Gitstate-Step: {encode_json(step)}"]
         if meta.get("run_id") is not None:
             lines.append(f"Gitstate-Run-Id: {encode_json(str(meta['run_id']))}")
+        ref = self._ref(thread_id, ns, "checkpoints")
         with self.mutex, self._lock(thread_id):
-            self._commit(self._ref(thread_id, ns, "checkpoints"), changes,
-                         "\n".join(lines) + "\n")
+            head = self.store.ref(ref)
+            before = self._latest(head) if head else None
+            latest = max(before or "", str(checkpoint["id"]))
+            lines.append(f"Gitstate-Latest: {encode_json(latest)}")
+            self._commit(ref, changes, "\n".join(lines) + "\n")
+        self._fold()
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
@@ -316,8 +333,9 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
                     self.serde.dumps_typed(value))
             if changes:
                 self._commit(ref, changes, f"writes of task {task_id} for checkpoint "
-                             f"{cid}\n\nGitstate-Writes-For: {cid}\nGitstate-Task: "
-                             f"{encode_json(task_id)}\n")
+                             f"{cid}\n\nGitstate-Writes-For: {encode_json(cid)}\n"
+                             f"Gitstate-Task: {encode_json(task_id)}\n")
+        self._fold()
 
     def _archive(self, thread_id: str) -> None:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
@@ -337,13 +355,21 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
             for thread_id in self._threads():
                 with self._lock(thread_id):
                     for ns, head in self._namespaces(thread_id).items():
-                        hit = any("Run-Id" in f and json.loads(f["Run-Id"]) in wanted
-                                  for _, _, f in self._visible(head))
-                        if hit:
-                            self._commit(self._ref(thread_id, ns, "checkpoints"), {},
-                                         f"delete the checkpoints of {len(wanted)} runs\n\n"
-                                         f"Gitstate-Delete-Runs: "
-                                         f"{encode_json(sorted(wanted))}\n")
+                        seen = [(cid, "Run-Id" in f and json.loads(f["Run-Id"]) in wanted)
+                                for _, cid, f in self._visible(head)]
+                        if any(hit for _, hit in seen):
+                            left = max((cid for cid, hit in seen if not hit), default=None)
+                            self._tombstone(thread_id, ns, f"delete the checkpoints of "
+                                            f"{len(wanted)} runs", "Delete-Runs",
+                                            sorted(wanted), left)
+
+    def _tombstone(self, thread_id: str, ns: str, summary: str, trailer: str,
+                   value: object, latest: str | None) -> None:
+        """A commit that hides checkpoints from readers and keeps them in history, with the
+        newest id still visible after it."""
+        self._commit(self._ref(thread_id, ns, "checkpoints"), {},
+                     f"{summary}\n\nGitstate-{trailer}: {encode_json(value)}\n"
+                     f"Gitstate-Latest: {encode_json(latest)}\n")
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         src, dst = str(source_thread_id), str(target_thread_id)
@@ -364,9 +390,8 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
                     for ns, head in self._namespaces(thread_id).items():
                         latest = max((cid for _, cid, _ in self._visible(head)), default=None)
                         if latest is not None:
-                            self._commit(self._ref(thread_id, ns, "checkpoints"), {},
-                                         f"prune: keep only {latest}\n\n"
-                                         f"Gitstate-Prune-Keep: {encode_json(latest)}\n")
+                            self._tombstone(thread_id, ns, f"prune: keep only {latest}",
+                                            "Prune-Keep", latest, latest)
 
     # -- async: the same, in a worker thread --------------------------------------------
 

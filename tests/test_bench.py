@@ -81,3 +81,10 @@ def test_refusal_storm_bench_quick() -> None:
     without the journal, and counts the journal."""
     text = _run("refusal_storm.py")
     assert "journal's cost" in text and "journal holds 40 distinct, 40 records" in text
+
+
+def test_checkpointer_bench_quick() -> None:
+    """checkpointer.py --quick prints put / get_tuple beside LangGraph's SqliteSaver."""
+    pytest.importorskip("langgraph.checkpoint.sqlite")
+    text = _run("checkpointer.py")
+    assert "gitstate" in text and "sqlite" in text and "disk after gc" in text

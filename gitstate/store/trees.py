@@ -85,6 +85,34 @@ class TreeOps(RepoBase):
         objects.append(tree)
         return tree.id.decode()
 
+    def tree_paths(self, commit: str, paths: list[str]) -> dict[str, str]:
+        """path -> blob id for those of ``paths`` that are files in ``commit``'s tree (the
+        commit and each tree on the way read once)."""
+        trees: dict[str, Tree] = {"": self._tree(commit)}
+        out = {}
+        for path in paths:
+            parts = path.split("/")
+            at, tree = "", trees[""]
+            for part in parts[:-1]:
+                at += part + "/"
+                if at not in trees:
+                    try:
+                        mode, sha = tree[part.encode()]
+                    except KeyError:
+                        break
+                    if mode != DIR_MODE:
+                        break
+                    trees[at] = self._read_as(sha, Tree, f"tree {at}")
+                tree = trees[at]
+            else:
+                try:
+                    mode, sha = tree[parts[-1].encode()]
+                except KeyError:
+                    continue
+                if mode != DIR_MODE:
+                    out[path] = sha.decode()
+        return out
+
     def tree_files(self, commit: str, prefix: str = "") -> dict[str, str]:
         """Path -> blob id of every file at or below ``prefix`` in ``commit``'s tree."""
         tree = self._tree(commit)
