@@ -122,7 +122,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
     # -- refs and locks -----------------------------------------------------------------
 
     @staticmethod
-    def _ref(thread_id: str, ns: str, kind: str) -> str:
+    def ref_name(thread_id: str, ns: str, kind: str) -> str:
         return f"{PREFIX}{enc(thread_id)}/{enc(ns)}/{kind}"
 
     def _lock(self, thread_id: str) -> Any:
@@ -160,27 +160,27 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
 
     # -- reading --------------------------------------------------------------------------
 
-    def _visible(self, head: str) -> Iterator[tuple[str, str, dict[str, str]]]:
+    def visible(self, head: str) -> Iterator[tuple[str, str, dict[str, str]]]:
         """(commit, checkpoint id, trailers) of the checkpoints a reader sees, newest
         first: tombstones hide runs deleted and checkpoints pruned after them."""
         deleted: set[str] = set()
         keep: str | None = None
         pruned = False
         for info in self.store.walk(head):
-            fields = _trailers(info.message)
+            fields = parse_trailers(info.message)
             if "Delete-Runs" in fields:
-                deleted |= set(json.loads(fields["Delete-Runs"]))
+                deleted |= {str(r) for r in trailer_json(fields, "Delete-Runs", info.id)}
                 continue
             if "Prune-Keep" in fields:
                 if not pruned:
-                    pruned, keep = True, json.loads(fields["Prune-Keep"])
+                    pruned, keep = True, trailer_json(fields, "Prune-Keep", info.id)
                 continue
             if "Checkpoint" not in fields:
                 continue
-            cid = str(json.loads(fields["Checkpoint"]))
+            cid = str(trailer_json(fields, "Checkpoint", info.id))
             if pruned and cid != keep:
                 continue
-            if "Run-Id" in fields and json.loads(fields["Run-Id"]) in deleted:
+            if "Run-Id" in fields and trailer_json(fields, "Run-Id", info.id) in deleted:
                 continue
             yield info.id, cid, fields
 
@@ -208,7 +208,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
             pending_writes=self._writes(thread_id, ns, cid))
 
     def _writes(self, thread_id: str, ns: str, cid: str) -> list[tuple[str, str, Any]]:
-        head = self.store.ref(self._ref(thread_id, ns, "writes"))
+        head = self.store.ref(self.ref_name(thread_id, ns, "writes"))
         if head is None:
             return []
         rows = []
@@ -224,23 +224,23 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
     def _latest(self, head: str) -> str | None:
         """The newest visible checkpoint id: recorded by each commit (``Gitstate-Latest``),
         so finding it reads one commit; a commit without it is walked."""
-        fields = _trailers(self.store.commit_info(head).message)
+        fields = parse_trailers(self.store.commit_info(head).message)
         if "Latest" in fields:
-            latest = json.loads(fields["Latest"])
+            latest = trailer_json(fields, "Latest", head)
             return str(latest) if latest else None
-        return max((cid for _, cid, _ in self._visible(head)), default=None)
+        return max((cid for _, cid, _ in self.visible(head)), default=None)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         conf = config["configurable"]
         thread_id, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
         wanted = get_checkpoint_id(config)
         with self.mutex:
-            head = self.store.ref(self._ref(thread_id, ns, "checkpoints"))
+            head = self.store.ref(self.ref_name(thread_id, ns, "checkpoints"))
             if head is None:
                 return None
             # no id: the newest id, as LangGraph's own savers answer
             wanted = wanted if wanted is not None else self._latest(head)
-            for commit, cid, fields in self._visible(head):
+            for commit, cid, fields in self.visible(head):
                 if cid == wanted:
                     return self._tuple(thread_id, ns, commit, cid, fields)
             return None
@@ -260,7 +260,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
                 for ns, head in sorted(self._namespaces(thread_id).items()):
                     if want_ns is not None and ns != want_ns:
                         continue
-                    for commit, cid, fields in self._visible(head):
+                    for commit, cid, fields in self.visible(head):
                         if (want_id and cid != want_id) or (before_id and cid >= before_id):
                             continue
                         found.append((thread_id, ns, commit, cid, fields))
@@ -301,7 +301,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
                  f"Gitstate-Step: {encode_json(step)}"]
         if meta.get("run_id") is not None:
             lines.append(f"Gitstate-Run-Id: {encode_json(str(meta['run_id']))}")
-        ref = self._ref(thread_id, ns, "checkpoints")
+        ref = self.ref_name(thread_id, ns, "checkpoints")
         with self.mutex, self._lock(thread_id):
             head = self.store.ref(ref)
             before = self._latest(head) if head else None
@@ -317,7 +317,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
         conf = config["configurable"]
         thread_id, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
         cid = str(conf["checkpoint_id"])
-        ref = self._ref(thread_id, ns, "writes")
+        ref = self.ref_name(thread_id, ns, "writes")
         with self.mutex, self._lock(thread_id):
             head = self.store.ref(ref)
             have = self.store.tree_files(head, enc(cid)) if head else {}
@@ -356,7 +356,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
                 with self._lock(thread_id):
                     for ns, head in self._namespaces(thread_id).items():
                         seen = [(cid, "Run-Id" in f and json.loads(f["Run-Id"]) in wanted)
-                                for _, cid, f in self._visible(head)]
+                                for _, cid, f in self.visible(head)]
                         if any(hit for _, hit in seen):
                             left = max((cid for cid, hit in seen if not hit), default=None)
                             self._tombstone(thread_id, ns, f"delete the checkpoints of "
@@ -367,7 +367,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
                    value: object, latest: str | None) -> None:
         """A commit that hides checkpoints from readers and keeps them in history, with the
         newest id still visible after it."""
-        self._commit(self._ref(thread_id, ns, "checkpoints"), {},
+        self._commit(self.ref_name(thread_id, ns, "checkpoints"), {},
                      f"{summary}\n\nGitstate-{trailer}: {encode_json(value)}\n"
                      f"Gitstate-Latest: {encode_json(latest)}\n")
 
@@ -388,7 +388,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
                         self._archive(thread_id)
                         continue
                     for ns, head in self._namespaces(thread_id).items():
-                        latest = max((cid for _, cid, _ in self._visible(head)), default=None)
+                        latest = max((cid for _, cid, _ in self.visible(head)), default=None)
                         if latest is not None:
                             self._tombstone(thread_id, ns, f"prune: keep only {latest}",
                                             "Prune-Keep", latest, latest)
@@ -430,7 +430,17 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
 
 
-def _trailers(message: bytes) -> dict[str, str]:
+def trailer_json(fields: dict[str, str], name: str, commit: str) -> Any:
+    """A trailer's JSON value; a commit gitstate did not write this way is named, never a
+    traceback."""
+    try:
+        return json.loads(fields[name])
+    except (ValueError, RecursionError) as exc:
+        raise StoreError(f"{commit[:12]} on a checkpoint thread has a malformed "
+                         f"Gitstate-{name} trailer ({exc})", rule="thread.damaged") from None
+
+
+def parse_trailers(message: bytes) -> dict[str, str]:
     out = {}
     for line in message.decode("utf-8", "replace").splitlines():
         name, sep, value = line.partition(": ")

@@ -171,3 +171,50 @@ def test_writers_of_one_thread_lose_no_checkpoint(tmp_path: Path) -> None:
         assert {t.metadata["writer"] for t in listed} == {"w0", "w1"}
         assert sorted(t.checkpoint["channel_values"]["k"] for t in listed) == sorted(
             f"w{w}-{i}" for w in range(2) for i in range(40))
+
+
+def test_gitstate_log_show_and_diff_read_thread_refs(tmp_path: Path) -> None:
+    from tests.helpers import run_cli
+
+    agent = tmp_path / "agent"
+    _graph(agent, "t-cli", "start")
+    _graph(agent, "t-cli", "approve")
+    log = run_cli("log", "--thread", "t-cli", agent_dir=agent)
+    assert log.returncode == 0, log.stderr
+    lines = log.stdout.splitlines()
+    assert len(lines) == 5 and "step 3 (loop)" in lines[0] and "step -1 (input)" in lines[-1]
+    rows = [json.loads(x) for x in run_cli("log", "--thread", "t-cli", "--json",
+                                           agent_dir=agent).stdout.splitlines()]
+    assert rows[0]["parent_checkpoint"] == rows[1]["checkpoint"]
+    shown = json.loads(run_cli("show", "--thread", "t-cli", "--json", agent_dir=agent).stdout)
+    assert shown["channels"]["log"] == ["looked up", "human: approve", "paid"]
+    assert "log" in shown["changed_channels"] and shown["checkpoint"] == rows[0]["checkpoint"]
+    by_commit = json.loads(run_cli("show", rows[2]["commit"][:10], "--thread", "t-cli",
+                                   "--json", agent_dir=agent).stdout)
+    assert by_commit["checkpoint"] == rows[2]["checkpoint"]
+    diff = json.loads(run_cli("diff", rows[2]["checkpoint"], "--thread", "t-cli", "--json",
+                              agent_dir=agent).stdout)
+    assert diff["channels"]["approved"] == {"old": None, "new": True}
+    missing = run_cli("log", "--thread", "nope", agent_dir=agent)
+    assert missing.returncode == 2 and "[usage.thread]" in missing.stderr
+
+
+@pytest.mark.skipif(GIT is None, reason="needs the git CLI to forge a commit")
+def test_a_forged_thread_commit_is_named_not_a_traceback(tmp_path: Path) -> None:
+    from tests.helpers import run_cli
+
+    agent = tmp_path / "agent"
+    _graph(agent, "t-bad", "start")
+    state = agent / "state"
+    ref = f"{PREFIX}{enc('t-bad')}/{enc('')}/checkpoints"
+    tree = git(state, "rev-parse", f"{ref}^{{tree}}").stdout.strip()
+    forged = git(state, "-c", "user.name=x", "-c", "user.email=x@x", "commit-tree", tree,
+                 "-p", ref, "-m", "x\n\nGitstate-Checkpoint: {not json\n").stdout.strip()
+    git(state, "update-ref", ref, forged)
+    out = run_cli("log", "--thread", "t-bad", agent_dir=agent)
+    assert out.returncode == 3 and "[thread.damaged]" in out.stderr
+    with GitCheckpointSaver(agent) as saver:
+        from gitstate.errors import StoreError
+
+        with pytest.raises(StoreError):
+            saver.get_tuple({"configurable": {"thread_id": "t-bad"}})

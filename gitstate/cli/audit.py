@@ -3,6 +3,7 @@ history, gc. The audit module (and the repository) load when a command runs."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -34,13 +35,16 @@ def _log_line(rec: dict[str, Any]) -> str:
 @click.option("--key", help="Only changes of this key.")
 @click.option("-n", "limit", type=click.IntRange(1), help="At most N changes.")
 @click.option("--since", help="Only changes at or after this ISO 8601 time.")
+@click.option("--thread", help="A LangGraph checkpoint thread's commits instead "
+              "(gitstate.langgraph; checkpoints, tombstones).")
+@click.option("--ns", default="", help="(--thread) The checkpoint namespace (default: root).")
 @click.option("--refused", is_flag=True, help="The refused attempts instead (the refusal "
               "journal, refs/gitstate/refusals): rule, op, key, attempted and expected "
               "value, the value in HEAD, actor, reason, time.")
 @json_option
 @click.pass_obj
-def log(obj: Ctx, key: str | None, limit: int | None, since: str | None, refused: bool,
-        as_json: bool) -> None:
+def log(obj: Ctx, key: str | None, limit: int | None, since: str | None, thread: str | None,
+        ns: str, refused: bool, as_json: bool) -> None:
     """The supersession chain, newest first: time, key, old -> new, actor, reason.
 
     With --json, one JSON object per line (the fields of working_state_history.jsonl).
@@ -51,9 +55,25 @@ def log(obj: Ctx, key: str | None, limit: int | None, since: str | None, refused
     if refused:
         _refused_log(obj, key, limit, since, as_json)
         return
+    if thread is not None:
+        from ..threadview import log as thread_log
+
+        for row in thread_log(obj.agent_dir, thread, ns, limit):
+            click.echo(textsafe.dumps(row) if as_json else _thread_line(shown(row)))
+        return
     with obj.repo() as repo:
         for rec in log_view(repo, key=key, limit=limit, since=parse_now(since)):
             click.echo(textsafe.dumps(rec) if as_json else _log_line(shown(rec)))
+
+
+def _thread_line(r: dict[str, Any]) -> str:
+    when = datetime.fromtimestamp(r["time"], UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if "checkpoint" in r:
+        return (f"{when}  {r['commit'][:12]}  checkpoint {r['checkpoint']}  step "
+                f"{r.get('step')} ({r.get('source')})  parent "
+                f"{r.get('parent_checkpoint') or '-'}"
+                + (f"  run {r['run_id']}" if r.get("run_id") else ""))
+    return f"{when}  {r['commit'][:12]}  {r['summary']}"
 
 
 def _refused_log(obj: Ctx, key: str | None, limit: int | None, since: str | None,
@@ -85,13 +105,34 @@ def _refused_log(obj: Ctx, key: str | None, limit: int | None, since: str | None
                        f"{r['actor'] or r['writer']}: {r['reason'] or ''}")
 
 
+THREAD_HELP = ("A LangGraph checkpoint thread instead of main: REV is a checkpoint id or "
+               "an abbreviated commit of that thread (default: its newest checkpoint).")
+
+
 @click.command()
 @click.argument("rev", default="HEAD")
 @click.option("--patch", is_flag=True, help="Also print the raw git diff.")
+@click.option("--thread", help=THREAD_HELP)
+@click.option("--ns", default="", help="(--thread) The checkpoint namespace (default: root).")
 @json_option
 @click.pass_obj
-def show(obj: Ctx, rev: str, patch: bool, as_json: bool) -> None:
-    """The change one commit made, key by key (REV: id, abbreviated id, HEAD~N)."""
+def show(obj: Ctx, rev: str, patch: bool, thread: str | None, ns: str,
+         as_json: bool) -> None:
+    """The change one commit made, key by key (REV: id, abbreviated id, HEAD~N).
+
+    With --thread: one checkpoint (its metadata, the channels it changed, every channel's
+    value, its pending writes)."""
+    if thread is not None:
+        from ..threadview import show as show_checkpoint
+
+        data = show_checkpoint(obj.agent_dir, thread, None if rev == "HEAD" else rev, ns)
+        emit(data, as_json, lambda d: "\n".join([
+            f"checkpoint {d['checkpoint']} ({d['commit'][:12]}) of thread {d['thread']}",
+            f"parent {d['parent_checkpoint'] or '-'}; step {d['metadata'].get('step')} "
+            f"({d['metadata'].get('source')})",
+            "changed: " + (", ".join(d["changed_channels"]) or "none"),
+            *(f"  {k} = {value_text(v)}" for k, v in d["channels"].items())]))
+        return
     from ..audit import resolve
     from ..audit import show as show_view
 
@@ -139,10 +180,24 @@ def _diff_lines(d: dict[str, Any]) -> list[str]:
 @click.command()
 @click.argument("rev_a")
 @click.argument("rev_b", default="HEAD")
+@click.option("--thread", help=THREAD_HELP)
+@click.option("--ns", default="", help="(--thread) The checkpoint namespace (default: root).")
 @json_option
 @click.pass_obj
-def diff(obj: Ctx, rev_a: str, rev_b: str, as_json: bool) -> None:
-    """Key-level differences between the states at REV_A and REV_B (default HEAD)."""
+def diff(obj: Ctx, rev_a: str, rev_b: str, thread: str | None, ns: str,
+         as_json: bool) -> None:
+    """Key-level differences between the states at REV_A and REV_B (default HEAD).
+
+    With --thread: the channels whose values differ between two checkpoints."""
+    if thread is not None:
+        from ..threadview import diff as diff_checkpoints
+
+        data = diff_checkpoints(obj.agent_dir, thread, rev_a,
+                                None if rev_b == "HEAD" else rev_b, ns)
+        emit(data, as_json, lambda d: "\n".join(
+            f"{k}: {value_text(c['old'])} -> {value_text(c['new'])}"
+            for k, c in d["channels"].items()) or "(no channel differs)")
+        return
     from ..audit import diff_states, resolve
 
     with obj.repo() as repo:
