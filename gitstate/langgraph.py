@@ -54,7 +54,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import locking
 from .errors import StoreError
-from .store.trees import Change
+from .store.trees import BlobRef, Change
 from .trailers import encode_json
 
 PREFIX = "refs/gitstate/threads/"
@@ -221,6 +221,15 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
         return [(task, channel, self.serde.loads_typed(value))
                 for _, task, channel, value in rows]
 
+    def _sources(self, head: str | None, parent: str | None) -> list[str]:
+        """The commits whose trees hold the blobs a new checkpoint reuses: its parent
+        checkpoint's commit (usually the head), then the head."""
+        if head is None:
+            return []
+        found = [] if parent is None else [
+            next((c for c, cid, _ in self.visible(head) if cid == parent), head)]
+        return [*found, head] if head not in found else found
+
     def _latest(self, head: str) -> str | None:
         """The newest visible checkpoint id: recorded by each commit (``Gitstate-Latest``),
         so finding it reads one commit; a commit without it is walked."""
@@ -286,11 +295,14 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
         meta = get_checkpoint_metadata(config, metadata)
         changes: dict[str, Change] = {
             "checkpoint": _typed(self.serde.dumps_typed(stored)),
-            "metadata": _typed(self.serde.dumps_typed(meta))}
-        for channel, version in new_versions.items():
-            changes[f"blobs/{enc(channel)}/{enc(str(version))}"] = \
-                _typed(self.serde.dumps_typed(values[channel])) if channel in values \
-                else _EMPTY
+            "metadata": _typed(self.serde.dumps_typed(meta)), "blobs": None}
+        fresh = {f"blobs/{enc(ch)}/{enc(str(v))}": ch for ch, v in new_versions.items()}
+        for path, channel in fresh.items():
+            changes[path] = _typed(self.serde.dumps_typed(values[channel])) \
+                if channel in values else _EMPTY
+        kept = [f"blobs/{enc(ch)}/{enc(str(v))}"
+                for ch, v in stored["channel_versions"].items()]
+        kept = [path for path in kept if path not in fresh]
         parent = conf.get("checkpoint_id")
         step, source = meta.get("step"), meta.get("source")
         summary = f"checkpoint {checkpoint['id']}: step {step} ({source})".replace("\n", " ")
@@ -304,6 +316,12 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
         ref = self.ref_name(thread_id, ns, "checkpoints")
         with self.mutex, self._lock(thread_id):
             head = self.store.ref(ref)
+            # a commit holds the blobs its checkpoint names: new ones, and the unchanged
+            # ones as the same objects, found in the parent checkpoint (or the head)
+            for source_commit in self._sources(head, parent):
+                for path, sha in self.store.tree_paths(source_commit, [
+                        p for p in kept if p not in changes]).items():
+                    changes[path] = BlobRef(sha)
             before = self._latest(head) if head else None
             latest = max(before or "", str(checkpoint["id"]))
             lines.append(f"Gitstate-Latest: {encode_json(latest)}")

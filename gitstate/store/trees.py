@@ -20,7 +20,12 @@ from .base import RepoBase
 DIR_MODE = 0o040000
 
 
-Change = bytes | None  # new contents, or delete
+class BlobRef(str):
+    """An existing blob's id, given in place of new contents (a value unchanged since an
+    earlier commit is the same object, not a copy)."""
+
+
+Change = bytes | BlobRef | None  # new contents, an existing blob, or delete
 
 
 class TreeOps(RepoBase):
@@ -29,7 +34,7 @@ class TreeOps(RepoBase):
     def tree_commit(self, ref: str, base: str | None, changes: dict[str, Change],
                     message: bytes, identity: bytes, when: int, *,
                     parent: str | None = None) -> str | None:
-        """Apply ``changes`` (path -> contents, or None to delete) to ``base``'s tree; commit
+        """Apply ``changes`` (path -> contents, BlobRef or None) to ``base``'s tree; commit
         with ``parent`` (default ``base``) as its parent and move ``ref`` from ``base``.
         Returns the commit, or None when the ref moved."""
         objects: list[Blob | Tree | Commit] = []
@@ -67,6 +72,8 @@ class TreeOps(RepoBase):
             if change is None:
                 if head.encode() in tree:
                     del tree[head.encode()]
+            elif isinstance(change, BlobRef):
+                tree.add(head.encode(), FILE_MODE, ObjectID(change.encode()))
             else:
                 blob = Blob.from_string(change)
                 objects.append(blob)
