@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import locking, runs
-from .errors import StoreError
+from .errors import InvalidInput, StoreError
 from .model import format_time
 from .results import RunView
 from .trailers import encode_json
@@ -177,9 +177,14 @@ class Ledger:
         from . import refusals
         from .engine import identity
 
-        kind = event.get("type") if isinstance(event, dict) else None
+        try:  # the record keeps only what passed the input rules (a secret never does)
+            attempted: Any = runs.validate_event(event)
+        except (runs.RunRefused, InvalidInput):
+            attempted = {"withheld": "the event did not pass the input rules"}
+        kind = event.get("type") if isinstance(event, dict) and isinstance(
+            event.get("type"), str) and event["type"] in runs.EVENTS else None
         refusals.record(self.store, identity(self.config), rule=exc.rule, op="run_event",
-                        key=f"runs/{run_id}", attempted=event, actor=self.actor,
+                        key=f"runs/{run_id}", attempted=attempted, actor=self.actor,
                         writer=writer, reason=reason, request_id=request_id, run_id=run_id,
                         message=exc.message, expected=kind,
                         time=format_time(self._now()))

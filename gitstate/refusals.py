@@ -46,6 +46,7 @@ RETAIN = 10_000
 FIELDS = ("time", "rule", "op", "key", "attempted", "expected", "head_value", "actor",
           "writer", "reason", "request_id", "run_id", "message")
 _TEXT_MAX = 2000
+WITHHELD = "[withheld: refused as a secret]"
 _BASELINE_ENV = "GITSTATE_BENCH_NO_REFUSAL_JOURNAL"
 
 
@@ -59,6 +60,12 @@ def record(store: GitStore, identity: bytes, **fields: Any) -> str | None:
     """Append one refusal; returns its commit (None when it could not be written)."""
     if os.environ.get(_BASELINE_ENV):  # bench/refusal_storm.py's baseline: no journal
         return None
+    if str(fields.get("rule") or "").startswith("secret."):
+        # a value refused as a secret (or for a sensitive key) never enters history, not
+        # even here: the record keeps that it was tried, where and why, never the text
+        for name in ("attempted", "expected"):
+            if fields.get(name) is not None:
+                fields[name] = WITHHELD
     entry = {name: _clip(fields.get(name)) for name in FIELDS}
     entry["time"] = entry["time"] or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     try:

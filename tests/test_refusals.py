@@ -165,3 +165,42 @@ def test_the_pre_receive_hook_checks_pushed_journals(tmp_path: Path) -> None:
     refused = git(a.state_dir, "push", str(bare), f"{forged}:{name}")
     assert refused.returncode != 0 and "only refusal.json" in refused.stderr
     a.close()
+
+
+TOKEN = "ghp_" + "1234567890abcdefghijklmnopqrstuvwxyZ"
+
+
+@pytestmark_git
+def test_a_refused_secret_never_reaches_the_journal(repo: StateRepo) -> None:
+    """A value refused because it looks like a secret, and a run event refused before its
+    fields were checked, are journaled without their text: `git log -p` of the journal
+    holds no token."""
+    with pytest.raises(GitStateError) as exc:
+        repo.set("api.note", f"use {TOKEN}", "store the token")
+    assert exc.value.rule.startswith("secret.")
+    repo.runs.start("r1", description="d", criteria=["c"], reason="go")
+    with pytest.raises(GitStateError) as run_exc:
+        repo.runs.event("r1", {"type": "blocked", "reason": "x", "extra": TOKEN}, "odd")
+    assert run_exc.value.rule == "run.invalid"
+    records = list(refusals.entries(repo.store))
+    assert {r["rule"] for r in records} == {exc.value.rule, "run.invalid"}
+    by_rule = {r["rule"]: r for r in records}
+    assert by_rule[exc.value.rule]["attempted"] == refusals.WITHHELD
+    assert by_rule["run.invalid"]["attempted"] == {
+        "withheld": "the event did not pass the input rules"}
+    patch = git(repo.state_dir, "log", "-p", refusals.REF).stdout
+    assert TOKEN not in patch and "ghp_" not in patch
+
+
+@pytestmark_git
+def test_verify_names_a_journal_record_gitstate_did_not_write(repo: StateRepo) -> None:
+    repo.set("stop_loss.2317", 262, "rule")
+    _refuse(repo, 1)
+    tree = git(repo.state_dir, "rev-parse", f"{refusals.REF}^{{tree}}").stdout.strip()
+    forged = git(repo.state_dir, "-c", "user.name=x", "-c", "user.email=x@x", "commit-tree",
+                 tree, "-p", refusals.REF, "-m", "x\n\nGitstate-Refusal: {}\n").stdout.strip()
+    git(repo.state_dir, "update-ref", refusals.REF, forged)
+    out = run_cli("verify", "--json", agent_dir=repo.agent_dir)
+    report, _ = json.JSONDecoder().raw_decode(out.stdout)
+    failed = {c["check"] for c in report["checks"] if not c["ok"]}
+    assert out.returncode == 1 and failed == {"refusals"}
