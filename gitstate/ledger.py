@@ -385,13 +385,22 @@ CACHE_DIR = "gitstate-run-cache"
 def _cache(git_dir: Path, run_id: str, commit: str, data: bytes) -> None:
     """run.json beside its commit id, for the wake-up hook (which reads it without dulwich
     and uses it only while the run's ref still names that commit). Best effort, no fsync:
-    a stale or missing cache sends the hook to the exact path."""
+    a stale or missing cache sends the hook to the exact path. A planted symlink in place
+    of the folder or a file is never followed."""
+    import stat
+
     with contextlib.suppress(OSError):
         folder = git_dir / CACHE_DIR
         folder.mkdir(exist_ok=True)
-        tmp = folder / f".{run_id}.{os.getpid()}.tmp"
-        tmp.write_bytes(commit.encode() + b"\n" + data)
-        os.replace(tmp, folder / f"{run_id}.json")
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            return
+        tmp = folder / f".{run_id}.{os.getpid()}.{os.urandom(3).hex()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        try:
+            os.write(fd, commit.encode() + b"\n" + data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, folder / f"{run_id}.json")  # replaces a planted link, never follows
 
 
 def cached(git_dir: Path, run_id: str, head: str | None = None) -> dict[str, Any] | None:

@@ -432,3 +432,16 @@ def test_the_refund_example_runs_end_to_end(tmp_path: Path) -> None:
         assert repo.state().keys["refund.O-104"].value == "refunded"
         assert [c.name for c in __import__("gitstate.audit", fromlist=["v"]).verify(repo)
                 if not c.ok] == []
+
+
+def test_a_planted_symlink_for_the_run_cache_is_never_followed(repo: StateRepo,
+                                                               tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, repo.state_dir / ".git" / "gitstate-run-cache")
+    _start(repo)
+    repo.runs.event(RUN, {"type": "question_opened", "question": "amount?"}, "ask")
+    assert list(outside.iterdir()) == []  # nothing written through the link
+    out = run_cli("render", "--run", RUN, "--locale", "en", agent_dir=repo.agent_dir,
+                  process=True)
+    assert out.returncode == 0 and "Open questions: amount?" in out.stdout
