@@ -218,3 +218,12 @@ def test_a_forged_thread_commit_is_named_not_a_traceback(tmp_path: Path) -> None
 
         with pytest.raises(StoreError):
             saver.get_tuple({"configurable": {"thread_id": "t-bad"}})
+
+
+def test_without_the_extra_the_import_error_names_it() -> None:
+    code = ("import sys\nsys.modules['langchain_core'] = None\n"
+            "try:\n    import gitstate.langgraph\nexcept ImportError as exc:\n"
+            "    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert "pip install 'gitstate[langgraph]'" in out.stdout, out.stdout + out.stderr
