@@ -264,10 +264,15 @@ def run_fast(command: str, agent_dir: str, opts: dict[str, str]) -> int:
         locale = opts.get("locale") or config.locale
         block, run_head = ("", None) if not run_id else run_block(
             agent_dir, run_id, locale=locale, now=moment, config=config)
+        limit = budget
         if budget is not None and block:  # the block is never cut: the section fits the rest
             budget = max(budget - text_chars(block), 1000)
         text, warnings, head = section_at_head(agent_dir, locale=locale, now=moment,
                                                max_chars=budget, config=config)
+        if limit is not None and block and text_chars(block) + text_chars(text) > limit:
+            warnings.append(f"the run's <state> block ({text_chars(block)} characters) and "
+                            f"the section pass this runtime's budget of {limit}: raise "
+                            "--max-chars, or keep the run's texts shorter")
     except GitStateError as exc:
         sys.stderr.write(f"gitstate: error [{exc.rule}]: {exc.message}\n")
         # A hook must never block the agent's prompt (exit 2 does in Claude Code).

@@ -324,17 +324,8 @@ def verify_push(git_dir: Path, old: str, new: str, ref: str) -> list[str]:
     if ref != BRANCH and not ref.startswith(RUNS) and not journal:
         return [f"{ref}: only {BRANCH}, run ledgers ({RUNS}<id>) and refusal journals "
                 f"({REMOTE_PREFIX}<id>) hold gitstate state"]
-    if journal:  # a new generation starts a new chain: not a fast-forward, still accepted
-        if new == zero:
-            return [f"deleting {ref} is refused: the refusal journal is kept"]
-        store = GitStore(git_dir)
-        quarantine = os.environ.get("GIT_OBJECT_DIRECTORY")
-        if quarantine:
-            store.use_quarantine(quarantine)
-        try:
-            return [f"{ref}: {p}" for p in check_chain(store, new)]
-        finally:
-            store.close()
+    if new == zero and journal:
+        return [f"deleting {ref} is refused: the refusal journal is kept"]
     if new == zero and ref == BRANCH:
         return [f"deleting {ref} is refused"]
     store = GitStore(git_dir)
@@ -342,6 +333,8 @@ def verify_push(git_dir: Path, old: str, new: str, ref: str) -> list[str]:
     if quarantine:
         store.use_quarantine(quarantine)
     try:
+        if journal:  # a new generation starts a new chain: not a fast-forward, accepted
+            return [f"{ref}: {p}" for p in check_chain(store, new)]
         if ref != BRANCH:
             return verify_pushed(store, ref, None if old == zero else old,
                                  None if new == zero else new)

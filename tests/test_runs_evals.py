@@ -445,3 +445,25 @@ def test_a_planted_symlink_for_the_run_cache_is_never_followed(repo: StateRepo,
     out = run_cli("render", "--run", RUN, "--locale", "en", agent_dir=repo.agent_dir,
                   process=True)
     assert out.returncode == 0 and "Open questions: amount?" in out.stdout
+
+
+def test_the_block_and_the_section_fit_claude_codes_limit(repo: StateRepo) -> None:
+    """The block is whole and the section fits what is left of the runtime's budget; a
+    budget too small for both is named on stderr, never silently passed."""
+    from gitstate.fastpath import CLAUDE_CODE_MAX_CHARS
+
+    for i in range(12):  # near the section's own cap (3,072 bytes of key lines)
+        repo.set(f"rule.{i:02d}", "x" * 100, f"reason {i} " + "y" * 40)
+    repo.handoff("watch the open " * 400, reason="a long note")
+    _start(repo, risk="low")
+    for i in range(8):
+        repo.runs.event(RUN, {"type": "question_opened", "question": f"q{i} " + "z" * 300},
+                        "ask")
+    out = run_cli("hook", "claude-code", "--event", "UserPromptSubmit", agent_dir=repo.agent_dir,
+                  env={"GITSTATE_RUN": RUN}, process=True)
+    context = json.loads(out.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert len(context) <= CLAUDE_CODE_MAX_CHARS and context.endswith("</state>\n")
+    small = run_cli("hook", "plain", "--max-chars", "1000", agent_dir=repo.agent_dir,
+                    env={"GITSTATE_RUN": RUN}, process=True)
+    assert small.returncode == 0 and small.stdout.endswith("</state>\n")
+    assert "pass this runtime's budget of 1000" in small.stderr
