@@ -355,10 +355,12 @@ def replay_problems(store: GitStore, run_id: str, head: str,
         for info, reason, fields in events(store, run_id, head):
             if len(info.parents) > 1:
                 raise ValueError(f"{info.id[:12]} is a merge: a run is one line of events")
-            names = [n for n, _, _ in store.tree_entries(info.id)]
-            if names != [RUN_FILE.encode()]:
-                raise ValueError(f"the tree must hold only {RUN_FILE}, not "
-                                 f"{[n.decode('utf-8', 'replace')[:40] for n in names]}")
+            entries = store.tree_entries(info.id)
+            if [(n, m) for n, m, _ in entries] != [(RUN_FILE.encode(), 0o100644)]:
+                raise ValueError(f"the tree must hold only {RUN_FILE}, a regular file, not "
+                                 f"{[n.decode('utf-8', 'replace')[:40] for n, _, _ in entries]}")
+            if store.object_size(entries[0][2]) > RUN_MAX_BYTES:  # before reading it whole
+                raise ValueError(f"{RUN_FILE} is over {RUN_MAX_BYTES} bytes")
             check_reason(reason)
             event = json.loads(fields["Event"])
             when = datetime.fromtimestamp(info.time, UTC)

@@ -161,12 +161,14 @@ def check_chain(store: GitStore, head: str) -> list[str]:
         try:
             if len(info.parents) > 1:
                 raise ValueError("a merge")
-            names = [name for name, _, _ in store.tree_entries(info.id)]
-            if names != [FILE.encode()]:
-                raise ValueError(f"the tree must hold only {FILE}")
+            entries = store.tree_entries(info.id)
+            if [(n, m) for n, m, _ in entries] != [(FILE.encode(), 0o100644)]:
+                raise ValueError(f"the tree must hold only {FILE}, a regular file")
+            if store.object_size(entries[0][2]) > 64 << 10:  # before reading it whole
+                raise ValueError(f"{FILE} is over 64 KiB")
             entry = parse(info.message)
             data = store.read_file(info.id, FILE) or b"null"
-            if len(data) > 64 << 10 or json.loads(data) != entry:
+            if json.loads(data) != entry:
                 raise ValueError(f"{FILE} differs from its trailer")
         except (ValueError, RecursionError, KeyError) as exc:
             out.append(f"{info.id[:12]}: {exc}")

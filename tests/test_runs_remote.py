@@ -81,7 +81,7 @@ def test_events_on_both_sides_are_reported_never_overwritten(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("attack", ["edited-run-json", "extra-file", "bad-first-commit",
-                                    "writer-not-allowed"])
+                                    "writer-not-allowed", "merge", "huge-blob", "symlink"])
 def test_pull_refuses_a_forged_ledger_and_takes_none_of_it(tmp_path: Path, attack: str) -> None:
     a, b, bare = _pair(tmp_path)
     head = git(bare, "rev-parse", "refs/heads/runs/" + RUN).stdout.strip()
@@ -99,6 +99,21 @@ def test_pull_refuses_a_forged_ledger_and_takes_none_of_it(tmp_path: Path, attac
                      "Gitstate-Writer: runtime\n").stdout.strip()
     elif attack == "bad-first-commit":
         forged = _forge(bare, RUN, None, run_json, q)
+    elif attack == "merge":  # a second parent hides events from the first-parent replay
+        side = _forge(bare, RUN, None, run_json, q)
+        blob = git(bare, "hash-object", "-w", "--stdin", input=run_json).stdout.strip()
+        tree = git(bare, "mktree", input=f"100644 blob {blob}\trun.json\n").stdout.strip()
+        forged = git(bare, *ID, "commit-tree", tree, "-p", head, "-p", side, "-m",
+                     f"x\n\nGitstate-Run: {RUN}\nGitstate-Event: {q}\n"
+                     "Gitstate-Writer: runtime\n").stdout.strip()
+    elif attack == "huge-blob":  # past the size a run.json may have: not even read
+        forged = _forge(bare, RUN, head, run_json + " " * (1 << 20), q)
+    elif attack == "symlink":  # run.json as a symlink entry
+        blob = git(bare, "hash-object", "-w", "--stdin", input="/etc/passwd").stdout.strip()
+        tree = git(bare, "mktree", input=f"120000 blob {blob}\trun.json\n").stdout.strip()
+        forged = git(bare, *ID, "commit-tree", tree, "-p", head, "-m",
+                     f"x\n\nGitstate-Run: {RUN}\nGitstate-Event: {q}\n"
+                     "Gitstate-Writer: runtime\n").stdout.strip()
     else:  # the agent records a tool result: only the runtime may
         forged = _forge(bare, RUN, head, run_json, '{"evidence_ref":"e","observed_at":'
                         '"2026-01-01T00:00:00Z","tool_call_id":"c","type":'
