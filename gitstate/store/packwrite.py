@@ -147,13 +147,26 @@ def pack_names(pack_dir: Path) -> list[str]:
     return [n[:-5] for n in names if n.endswith(".pack") and n[:-5] + ".idx" in names]
 
 
-def pack_sizes(pack_dir: Path) -> dict[str, int]:
-    """Complete packs and their sizes in bytes."""
+def pack_sizes(pack_dir: Path, names: list[str] | None = None) -> dict[str, int]:
+    """Complete packs and their sizes in bytes. A pack's name is the checksum of its
+    content, so its size is stat'ed once per process, not after every write."""
     sizes = {}
-    for name in pack_names(pack_dir):
-        with contextlib.suppress(FileNotFoundError):
-            sizes[name] = os.stat(pack_dir / f"{name}.pack").st_size
+    folder = str(pack_dir)
+    for name in pack_names(pack_dir) if names is None else names:
+        known = _SIZES.get((folder, name))
+        if known is None:
+            try:
+                known = os.stat(os.path.join(folder, name + ".pack")).st_size
+            except FileNotFoundError:
+                continue
+            if len(_SIZES) > 4096:
+                _SIZES.clear()
+            _SIZES[(folder, name)] = known
+        sizes[name] = known
     return sizes
+
+
+_SIZES: dict[tuple[str, str], int] = {}
 
 
 def tier(size: int) -> int:
@@ -193,9 +206,11 @@ def consolidate(git_dir: Path, fmt: ObjectFormat, budget: int = INLINE_MERGE_BYT
     counted, every write would start a merge only to give up, which once made writes at
     100,000 commits ten times slower."""
     pack_dir = git_dir / "objects" / "pack"
-    if len(pack_names(pack_dir)) < FANOUT:  # the common case: one listing, no lock
+    names = pack_names(pack_dir)
+    if len(names) < FANOUT:  # the common case: one listing, no lock
         return 0
-    sizes = {n: size for n, size in pack_sizes(pack_dir).items() if n not in _UNFOLDABLE}
+    sizes = {n: size for n, size in pack_sizes(pack_dir, names).items()
+             if n not in _UNFOLDABLE}
     if not tiered_merge(sizes, budget):  # a stat per pack; no index read, no lock
         return 0
     with locking.attempt(git_dir / REPACK_LOCK_FILE) as taken:
