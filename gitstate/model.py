@@ -7,6 +7,7 @@ always produces the same bytes, and therefore the same git blob id.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from datetime import UTC, datetime
@@ -157,7 +158,7 @@ class _Record:
 class Entry(_Record):
     """One key's current value and where it came from."""
 
-    __slots__ = ("_pretty", "actor", "expires_at", "reason", "set_at", "value")
+    __slots__ = ("_hash", "_pretty", "actor", "expires_at", "reason", "set_at", "value")
     field_names = ("value", "set_at", "reason", "actor", "expires_at")
     value: Value
     set_at: str
@@ -165,18 +166,25 @@ class Entry(_Record):
     actor: str
     expires_at: str | None
     _pretty: str | None
+    _hash: int | None
 
-    def __hash__(self) -> int:  # a structured value is a list or dict: hash its JSON
-        value = self.value
-        if isinstance(value, list | dict):
-            value = display_value(value)
-        return hash((type(self.value), value, self.set_at, self.reason, self.actor,
-                     self.expires_at))
+    def __hash__(self) -> int:
+        # Computed once: the render's size caches look every live entry up on every write.
+        # A structured value is a list or dict: its JSON is hashed.
+        known = self._hash
+        if known is None:
+            value = self.value
+            if isinstance(value, list | dict):
+                value = display_value(value)
+            known = hash((type(self.value), value, self.set_at, self.reason, self.actor,
+                          self.expires_at))
+            object.__setattr__(self, "_hash", known)
+        return known
 
     def __init__(self, value: Value, set_at: str, reason: str, actor: str,
                  expires_at: str | None = None) -> None:
         self._init(value=value, set_at=set_at, reason=reason, actor=actor,
-                   expires_at=expires_at, _pretty=None)
+                   expires_at=expires_at, _pretty=None, _hash=None)
 
     def pretty(self) -> str:
         """This entry as it appears in working_state.json (indented to its depth there).
@@ -293,22 +301,35 @@ class Handoff(_Record):
         )
 
 
+@functools.lru_cache(maxsize=4096)
+def _key_json(key: str) -> str:
+    return json.dumps(key, ensure_ascii=False)
+
+
 class State(_Record):
     """Everything working_state.json holds: the key table and the handoff."""
 
-    __slots__ = ("handoff", "keys")
+    __slots__ = ("_live", "handoff", "keys")
     field_names = ("keys", "handoff")
     keys: dict[str, Entry]
     handoff: Handoff | None
+    _live: tuple[datetime, dict[str, Entry]] | None
     __hash__ = None  # type: ignore[assignment]  # holds a dict
 
     def __init__(self, keys: dict[str, Entry] | None = None,
                  handoff: Handoff | None = None) -> None:
-        self._init(keys=dict(keys or {}), handoff=handoff)
+        self._init(keys=dict(keys or {}), handoff=handoff, _live=None)
 
     def live(self, now: datetime) -> dict[str, Entry]:
-        """Entries that have not expired at ``now``: the ones a wake-up sees."""
-        return {k: e for k, e in self.keys.items() if not e.is_expired(now)}
+        """Entries that have not expired at ``now``: the ones a wake-up sees. (A write asks
+        this of the same state several times at one ``now``: the answer is kept, and each
+        caller gets its own copy.)"""
+        known = self._live
+        if known is not None and known[0] == now:
+            return dict(known[1])
+        live = {k: e for k, e in self.keys.items() if not e.is_expired(now)}
+        object.__setattr__(self, "_live", (now, live))
+        return dict(live)
 
     def with_key(self, key: str, entry: Entry | None) -> State:
         keys = dict(self.keys)
@@ -337,7 +358,7 @@ class State(_Record):
             sort_keys=True).replace("\n", "\n  ")
         if self.keys:
             keys = "{\n" + ",\n".join(
-                f"    {json.dumps(k, ensure_ascii=False)}: {self.keys[k].pretty()}"
+                f"    {_key_json(k)}: {self.keys[k].pretty()}"
                 for k in sorted(self.keys)) + "\n  }"
         else:
             keys = "{}"

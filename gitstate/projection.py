@@ -114,11 +114,42 @@ class Mark(NamedTuple):
     last: str | None
 
 
+def _identity(info: os.stat_result) -> tuple[int, int, int, int]:
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+
+
 class Projection:
     """working_state_history.jsonl of one state repository."""
 
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / HISTORY_FILE
+        # The newest record as last read or written, with the file's identity then (inode,
+        # size, mtime): every write asks for it twice (the catch-up check, the append), and
+        # an unchanged file need not be parsed again. Any append, rebuild or edit changes
+        # the size, the inode or the mtime.
+        self._newest: tuple[tuple[int, int, int, int], Mark, bool] | None = None
+
+    def _known(self, info: os.stat_result) -> tuple[Mark, bool] | None:
+        """The remembered (mark, ends with a newline) when the file is unchanged since."""
+        known = self._newest
+        if known is not None and known[0] == _identity(info):
+            return known[1], known[2]
+        return None
+
+    def _newest_of(self, f: BinaryIO, info: os.stat_result) -> tuple[Mark, bool]:
+        """(mark, whether the file ends with a complete line), remembered for next time."""
+        known = self._known(info)
+        if known is not None:
+            return known
+        end = info.st_size
+        newest = self._tail(f, 1, end)
+        complete = True
+        if end:
+            f.seek(end - 1)
+            complete = f.read(1) == b"\n"
+        mark = Mark(end, str(newest[0]["commit"]) if newest else None)
+        self._newest = (_identity(info), mark, complete)
+        return mark, complete
 
     def _open(self) -> BinaryIO | None:
         """The file for reading; None when it is absent or not a regular file (a symlink
@@ -135,9 +166,7 @@ class Projection:
         if f is None:
             return Mark(0, None)
         with f:
-            end = f.seek(0, os.SEEK_END)
-            newest = self._tail(f, 1, end)
-        return Mark(end, str(newest[0]["commit"]) if newest else None)
+            return self._newest_of(f, os.fstat(f.fileno()))[0]
 
     def tail(self, n: int, end: int | None = None) -> list[ChangeRecord]:
         """The newest ``n`` complete records (of the first ``end`` bytes), newest first."""
@@ -260,7 +289,7 @@ class Projection:
         finally:
             os.close(fd)
 
-    def append_after(self, last: str, records: Iterable[ChangeRecord]) -> bool:
+    def append_after(self, last: str, records: list[ChangeRecord]) -> bool:
         """Append ``records`` when the newest complete record is ``last`` (the hot path after a
         commit: one open for the check, the torn-tail cut and the write); False, with
         nothing written, when it is not (or the file is absent or not a regular file)."""
@@ -270,20 +299,21 @@ class Projection:
         except OSError:
             return False
         with f:
-            size = f.seek(0, os.SEEK_END)
-            newest = self._tail(f, 1, size)
-            if not newest or newest[0].get("commit") != last:
+            mark, complete = self._newest_of(f, os.fstat(f.fileno()))
+            if mark.last != last:
                 return False
-            f.seek(size - 1)
-            if f.read(1) != b"\n":  # a torn line after the newest record: cut it
+            if not complete:  # a torn line after the newest record: cut it
                 f.seek(0)
-                f.truncate(self._end_of_complete(f, size))
+                f.truncate(self._end_of_complete(f, mark.end))
             f.seek(0, os.SEEK_END)
             f.flush()
             if faults.armed("projection"):  # die with half a line written
                 os.write(f.fileno(), data[: len(data) // 2])
                 faults.hit("projection")
             os.write(f.fileno(), data)
+            newest = records[-1]["commit"] if records else last
+            info = os.fstat(f.fileno())
+            self._newest = (_identity(info), Mark(info.st_size, newest), True)
         return True
 
     @staticmethod

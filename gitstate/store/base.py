@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -34,7 +35,10 @@ BRANCH = Ref(layout.BRANCH.encode())
 ZERO = ObjectID(b"0" * 40)
 T = TypeVar("T")
 ObjT = TypeVar("ObjT", bound=ShaFile)
-
+# the ref names gitstate itself writes (main, runs/<id>, its own refs/gitstate/...): only
+# these are read by the fast path below; anything else goes through dulwich's checks
+_OWN_REF = re.compile(r"refs/[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*")
+_REF_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,10 @@ class RepoBase:
         self.path = path
         # a working repository keeps .git; a bare one (a server) is the git dir itself
         self.git_dir = path / ".git" if (path / ".git").exists() else path
+        # as strings, for the paths every write joins (pathlib's joins cost more than the
+        # system calls they name)
+        self.git_path = str(self.git_dir)
+        self.pack_dir = f"{self.git_path}/objects/pack"
         try:
             self.repo = Repo(str(path))
         except NotGitRepository as exc:
@@ -203,10 +211,7 @@ class RepoBase:
     # -- reading --------------------------------------------------------------------------
 
     def head(self) -> str | None:
-        try:
-            return self.repo.refs[BRANCH].decode()
-        except KeyError:
-            return None
+        return self.ref(layout.BRANCH)
 
     def read_file(self, commit: str, name: str) -> bytes | None:
         """A file's bytes at ``commit``, or None when it is not in that tree."""
@@ -362,7 +367,7 @@ class RepoBase:
         # one small pack (see packwrite): 2 files and 2 renames instead of a loose file,
         # a lock file and a fan-out directory per object
         name, pack, index = packwrite.build(new_objects, self.repo.object_store.object_format)
-        packwrite.write(self.git_dir / "objects" / "pack", name, pack, index, self.flush)
+        packwrite.write(self.pack_dir, name, pack, index, self.flush)
         new_id = commit.id.decode()
         self._remember(new_id, (base,) if base else (),
                        {e.path.decode(): e.sha.decode() for e in tree.iteritems()})
@@ -387,17 +392,19 @@ class RepoBase:
         other), compare, write, flush, rename over the ref (the commit point), flush the
         ref's directory. Written here rather than by dulwich so that the mode decides the
         flushes: dulwich always fsyncs the lock file."""
-        path = self.git_dir / name
-        created = created_dirs({str(path.parent)})
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock = path.with_name(path.name + ".lock")
+        path = f"{self.git_path}/{name}"
+        created: set[str] = set()
+        lock = path + ".lock"
         for _ in range(8):
             try:
                 fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
                 break
             except FileExistsError:  # we hold the kernel lock: it is a killed writer's
                 with contextlib.suppress(FileNotFoundError):
-                    lock.unlink()
+                    os.unlink(lock)
+            except FileNotFoundError:  # a new ref's directory (rare: checked only then)
+                created |= created_dirs({os.path.dirname(path)})
+                os.makedirs(os.path.dirname(path), exist_ok=True)
         else:
             raise StoreError(f"{lock} keeps reappearing; another program is writing {name}",
                              rule="store.contention")
@@ -405,7 +412,7 @@ class RepoBase:
             faults.hit("ref.locked")
             if self.ref(name) != old:
                 os.close(fd)
-                lock.unlink()
+                os.unlink(lock)
                 return False
             os.write(fd, new.encode() + b"\n")
             self.flush.data(fd)
@@ -413,18 +420,36 @@ class RepoBase:
             with contextlib.suppress(OSError):
                 os.close(fd)
             with contextlib.suppress(OSError):
-                lock.unlink()
+                os.unlink(lock)
             raise
         os.close(fd)
         faults.hit("ref.written")
         os.replace(lock, path)
         faults.hit("ref.renamed")
-        self.flush.commit(path.parent)
+        self.flush.commit(os.path.dirname(path))
         for directory in sorted(created, key=len, reverse=True):
             self.flush.directory(directory)
         return True
 
     def ref(self, name: str) -> str | None:
+        """The commit a ref names, or None. A write reads a ref three times (recovery, the
+        base, the compare-and-swap), so a loose ref file holding a plain object id is read
+        directly (one open and read, no symlink followed); anything else (a packed ref, a
+        symbolic ref, a symlink, an odd name) goes through dulwich."""
+        if _OWN_REF.fullmatch(name) and not name.endswith(".lock") and ".." not in name:
+            try:
+                fd = os.open(f"{self.git_path}/{name}", _REF_FLAGS)
+            except OSError:
+                fd = -1
+            if fd >= 0:
+                try:
+                    data = os.read(fd, 72)
+                finally:
+                    os.close(fd)
+                value = data[:-1]
+                if data[-1:] == b"\n" and len(value) in (40, 64) and \
+                        value.strip(b"0123456789abcdef") == b"":
+                    return value.decode()
         try:
             return self.repo.refs[Ref(name.encode())].decode()
         except KeyError:
@@ -434,15 +459,6 @@ class RepoBase:
         """Whether ``ancestor`` is on ``commit``'s first-parent chain (gitstate histories
         are linear)."""
         return any(info.id == ancestor for info in self.walk(commit))
-
-
-
-
-
-
-
-
-
 
     @staticmethod
     def _fsync_dirs(dirs: set[str]) -> None:
@@ -458,12 +474,6 @@ class RepoBase:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-
-
-
-
-
-    # -- maintenance ----------------------------------------------------------------------
 
 
 def _exclude_projection(git_dir: Path) -> None:

@@ -120,7 +120,7 @@ _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
 
-def swap_write(path: Path, data: bytes, spare: Path) -> None:
+def swap_write(path: Path | str, data: bytes, spare: Path | str) -> None:
     """Replace the bytes of ``path``, a re-derivable file, as ``atomic_write`` does for a
     reader (old bytes or new, never a mix), at a fraction of its cost: ``data`` goes into a
     kept spare file, ``spare``, which then trades places with ``path`` in one
@@ -142,7 +142,7 @@ def swap_write(path: Path, data: bytes, spare: Path) -> None:
         regular = False  # nothing to trade places with
     fd = _open_spare(spare) if regular and _RENAMEAT2 is not None else None
     if fd is None:
-        atomic_write(path, data, fsync=False)
+        atomic_write(Path(path), data, fsync=False)
         return
     try:
         view = memoryview(data)
@@ -162,10 +162,10 @@ def swap_write(path: Path, data: bytes, spare: Path) -> None:
         code = ctypes.get_errno()
         if code not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV):
             raise OSError(code, os.strerror(code), str(path))
-        atomic_write(path, data, fsync=False)  # this file system cannot exchange
+        atomic_write(Path(path), data, fsync=False)  # this file system cannot exchange
 
 
-def _open_spare(spare: Path) -> int | None:
+def _open_spare(spare: Path | str) -> int | None:
     """The spare file, opened for writing: remade when it is not a plain file of ours;
     None when it cannot be (a directory in its place)."""
     flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

@@ -47,43 +47,45 @@ def build(objects: Iterable[ShaFile], fmt: ObjectFormat) -> tuple[str, bytes, by
     return f"pack-{checksum.hex()}", pack, index
 
 
-def write(pack_dir: Path, name: str, pack: bytes, index: bytes, flush: Flush,
+def write(pack_dir: Path | str, name: str, pack: bytes, index: bytes, flush: Flush,
           phase: str = "pack") -> None:
     """Put ``name``.pack and ``name``.idx in ``pack_dir`` (temporary names, data flushed,
-    renamed; the directory flushed as the mode asks)."""
-    created = not pack_dir.is_dir()
+    renamed; the directory flushed as the mode asks). Paths are plain strings here: this
+    runs on every write, and pathlib's joins cost more than the renames."""
+    folder = os.fspath(pack_dir)
+    created = not os.path.isdir(folder)
     if created:
-        pack_dir.mkdir(parents=True, exist_ok=True)
+        os.makedirs(folder, exist_ok=True)
     # both files written and their writeback started before waiting for either
-    made: list[tuple[Path, int]] = []
+    made: list[tuple[str, int]] = []
     try:
-        made.append(_tmp_file(pack_dir, "tmp_pack_", pack, flush))
-        made.append(_tmp_file(pack_dir, "tmp_idx_", index, flush))
+        made.append(_tmp_file(folder, "tmp_pack_", pack, flush))
+        made.append(_tmp_file(folder, "tmp_idx_", index, flush))
         for (_path, fd), point in zip(made, ("tmp_pack", "tmp_idx"), strict=True):
             flush.data(fd)
             faults.hit(f"{phase}.{point}")
     except BaseException:
         for path, _fd in made:
             with contextlib.suppress(OSError):
-                path.unlink()
+                os.unlink(path)
         raise
     finally:
         for _path, fd in made:
             os.close(fd)
     (tmp_pack, _), (tmp_idx, _) = made
-    os.replace(tmp_pack, pack_dir / f"{name}.pack")
+    os.replace(tmp_pack, f"{folder}/{name}.pack")
     faults.hit(f"{phase}.pack_renamed")
-    os.replace(tmp_idx, pack_dir / f"{name}.idx")
+    os.replace(tmp_idx, f"{folder}/{name}.idx")
     faults.hit(f"{phase}.idx_renamed")
-    flush.directory(pack_dir)
+    flush.directory(folder)
     if created:
-        flush.directory(pack_dir.parent)
+        flush.directory(os.path.dirname(folder))
 
 
-def _tmp_file(directory: Path, prefix: str, data: bytes, flush: Flush) -> tuple[Path, int]:
+def _tmp_file(folder: str, prefix: str, data: bytes, flush: Flush) -> tuple[str, int]:
     """A new temporary file holding ``data``, its writeback started; (path, open fd)."""
-    path = directory / f"{prefix}{os.getpid()}_{os.urandom(6).hex()}"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+    path = f"{folder}/{prefix}{os.getpid()}_{os.urandom(6).hex()}"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
     try:
         view = memoryview(data)
         while view:
@@ -92,7 +94,7 @@ def _tmp_file(directory: Path, prefix: str, data: bytes, flush: Flush) -> tuple[
     except BaseException:
         os.close(fd)
         with contextlib.suppress(OSError):
-            path.unlink()
+            os.unlink(path)
         raise
     return path, fd
 

@@ -51,7 +51,7 @@ class TreeOps(RepoBase):
         commit.message = message
         objects.append(commit)
         name, pack, index = packwrite.build(objects, self.repo.object_store.object_format)
-        packwrite.write(self.git_dir / "objects" / "pack", name, pack, index, self.flush)
+        packwrite.write(self.pack_dir, name, pack, index, self.flush)
         faults.hit("objects")
         new_id = commit.id.decode()
         return new_id if self.move_ref(ref, base, new_id) else None

@@ -25,39 +25,43 @@ class WorktreeOps(RepoBase):
 
     def checkout(self, commit: str, contents: dict[str, bytes] | None = None) -> None:
         """Make the working tree, the index and the stamp equal ``commit``. ``contents``
-        may hold file bytes the caller already has, to spare reading them back."""
+        may hold file bytes the caller already has (a write's new working_state.json):
+        those are written without reading the old file back."""
         ids = self.file_ids(commit)
         unknown = sorted(set(ids) - TREE_FILES.keys())
         if unknown:  # never reached through the checks of foreign commits; kept as a wall
             raise StoreError(f"commit {commit[:12]} holds files gitstate does not know "
                              f"({', '.join(repr(n) for n in unknown[:5])}); nothing was "
                              "checked out", rule="tree.unknown_name")
+        work, git = str(self.path), self.git_path  # plain strings: this runs on every write
+        given = contents or {}
         entries = {}
         for name, blob_id in ids.items():
-            target = self.path / name
-            if file_blob_id(target) != blob_id:
-                data = (contents or {}).get(name) or self.read_file(commit, name)
+            target = f"{work}/{name}"
+            data = given.get(name)
+            if data is not None or file_blob_id(Path(target)) != blob_id:
+                data = data if data is not None else self.read_file(commit, name)
                 assert data is not None
                 # re-derivable from HEAD, so never flushed: a crash that loses it is
                 # repaired by the next open (an empty or unreadable file is damage)
-                swap_write(target, data, self.git_dir / f"{SPARE_PREFIX}{name}")
+                swap_write(target, data, f"{git}/{SPARE_PREFIX}{name}")
                 faults.hit("checkout.file")
             entries[name.encode()] = index_entry_from_stat(
                 os.stat(target), ObjectID(blob_id.encode()), FILE_MODE)
         parents = self.parents(commit)
         for name in (self.file_ids(parents[0]) if parents else {}).keys() - ids.keys():
             with contextlib.suppress(FileNotFoundError):
-                (self.path / name).unlink()  # a file this commit deleted
+                os.unlink(f"{work}/{name}")  # a file this commit deleted
         # The index only makes `git status` agree; it is a cache of HEAD, so it is written
         # without fsync (dulwich's Index.write always fsyncs).
         buf = io.BytesIO()
         write_index_dict(buf, entries, version=2)
         raw = buf.getvalue()
-        swap_write(self.git_dir / "index", raw + hashlib.sha1(raw).digest(),
-                   self.git_dir / f"{SPARE_PREFIX}index")
+        swap_write(f"{git}/index", raw + hashlib.sha1(raw).digest(),
+                   f"{git}/{SPARE_PREFIX}index")
         faults.hit("checkout.index")
         stamp = layout.format_stamp(commit, ids.get(STATE_FILE, ""), ids.get(SCHEMA_FILE))
-        swap_write(self.git_dir / STAMP_FILE, stamp, self.git_dir / f"{SPARE_PREFIX}stamp")
+        swap_write(f"{git}/{STAMP_FILE}", stamp, f"{git}/{SPARE_PREFIX}stamp")
 
     def worktree_matches_stamp(self, commit: str) -> bool:
         """The cheap check (the render fast path's): the stamp names ``commit`` and the
