@@ -111,14 +111,18 @@ def key_lines_bytes(lines: Iterable[str]) -> int:
 def section_key_bytes(state: State, now: datetime) -> int:
     """The size the live key lines take, in the longest locale (the zone does not change
     it): what section_max_bytes limits at write time and what a server re-checks."""
-    live = state.live(now).items()
-    return max(sum(_line_bytes(k, e, loc) for k, e in live) for loc in HEADER)
+    sizes = [_line_sizes(k, e)[0] for k, e in state.live(now).items()]
+    return max(map(sum, zip(*sizes, strict=True))) if sizes else 0
 
 
 @functools.lru_cache(maxsize=4096)
-def _line_bytes(key: str, entry: Entry, locale: str) -> int:
-    # Entries are immutable, so a line's size is computed once, not on every write.
-    return key_lines_bytes([key_line(key, entry, locale, UTC)])
+def _line_sizes(key: str, entry: Entry) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A key line's UTF-8 bytes (with its newline) and UTF-16 units (without), in each
+    locale in HEADER's order. Entries are immutable and an unchanged key keeps its Entry,
+    so a line is rendered once, not on every write."""
+    lines = [key_line(key, entry, locale, UTC) for locale in HEADER]
+    return (tuple(key_lines_bytes([line]) for line in lines),
+            tuple(text_chars(line) for line in lines))
 
 
 def phase_lines(compiled: dict[str, object] | None, state: State, now: datetime,
@@ -161,42 +165,40 @@ def section_chars(state: State, now: datetime, compiled: dict[str, object] | Non
     fixed width): what injection_max_chars limits at write time. Equal to
     ``text_chars(render(...))``, summed from cached line sizes so a write does not render
     every key line three times."""
-    live = state.live(now).items()
+    sizes = [_line_sizes(k, e)[1] for k, e in state.live(now).items()]
     longest = 0
-    for locale in HEADER:
-        lines = [_line_chars(k, e, locale) for k, e in live]
+    for n, locale in enumerate(HEADER):
+        lines = [size[n] for size in sizes]
         lines += [text_chars(line) for line in phase_lines(compiled, state, now, locale)]
         if state.handoff is not None:
-            lines.append(text_chars(handoff_line(state.handoff, locale, UTC)))
+            lines.append(_handoff_chars(state.handoff)[n])
         if lines:  # header lines and every line end in a newline
             header = sum(text_chars(h) for h in HEADER[locale])
             longest = max(longest, header + sum(lines) + len(HEADER[locale]) + len(lines))
     return longest
 
 
-_LINE_OVERHEAD_BYTES = 96  # "- ", " = ", the words, two times, brackets: ≤ 70 in any locale
-
-
 def section_chars_bound(state: State, now: datetime,
                         compiled: dict[str, object] | None) -> int:
-    """A cheap upper bound of :func:`section_chars` (UTF-8 bytes of the raw texts, which are
-    never fewer than the UTF-16 units of the flattened ones), so that a write pays for the
-    exact count only when the section comes near the limit."""
+    """A cheap upper bound of :func:`section_chars` (each line counted in its longest
+    locale, from the cached line sizes), so that a write pays for the exact count only
+    when the section comes near the limit."""
     header = max(sum(len(h.encode()) + 1 for h in lines) for lines in HEADER.values())
-    keys = sum(len(k.encode()) + len(str(e.value).encode()) + len(e.reason.encode())
-               + _LINE_OVERHEAD_BYTES for k, e in state.live(now).items())
+    keys = sum(max(_line_sizes(k, e)[1]) + 1 for k, e in state.live(now).items())
     phase = max((sum(len(line.encode()) + 1 for line in phase_lines(compiled, state, now, loc))
                  for loc in HEADER), default=0)
     handoff = 0
     if state.handoff is not None:
-        handoff = max(len(handoff_line(state.handoff, loc, UTC).encode()) + 1
-                      for loc in HEADER)
+        handoff = max(_handoff_chars(state.handoff)) + 1
     return header + keys + phase + handoff
 
 
-@functools.lru_cache(maxsize=4096)
-def _line_chars(key: str, entry: Entry, locale: str) -> int:
-    return text_chars(key_line(key, entry, locale, UTC))
+@functools.lru_cache(maxsize=64)
+def _handoff_chars(handoff: Handoff) -> tuple[int, ...]:
+    """The handoff line's UTF-16 units in each locale (HEADER's order), without its
+    newline: a handoff stays the same over many writes."""
+    return tuple(text_chars(handoff_line(handoff, locale, UTC)) for locale in HEADER)
+
 
 
 _WITHHELD = {

@@ -91,3 +91,37 @@ def test_a_sha256_pack_is_read_by_git(tmp_path: Path) -> None:
     verify = subprocess.run([GIT, "-C", str(repo), "verify-pack", str(pack_path)],
                             capture_output=True, text=True, check=False)
     assert verify.returncode == 0, verify.stderr
+
+
+@pytest.mark.parametrize("tz", [0, 3600, -3600, 19800, -34200, 50400])
+@pytest.mark.parametrize("parents", [0, 1, 2])
+def test_raw_objects_are_the_bytes_dulwich_and_git_make(tmp_path: Path, tz: int,
+                                                          parents: int) -> None:
+    """make_commit serializes blobs, trees and commits itself (the hot path): the same
+    bytes, so the same names, as dulwich's classes (git fsck --strict checks the
+    repositories made so, in test_write_path and test_reliability)."""
+    files = {b"working_state.json": os.urandom(20), b"schema.yaml": os.urandom(20),
+             b"a-b": os.urandom(20), b"a": os.urandom(20), b"\xe8\xb7\x8c": os.urandom(20)}
+    tree = Tree()
+    for name, sha in files.items():
+        tree.add(name, 0o100644, sha.hex().encode())
+    ours = packfmt.tree_body(files)
+    assert ours == tree.as_raw_string()
+    assert packfmt.object_name(b"tree", ours, hashlib.sha1).hex() == tree.id.decode()
+    commit = Commit()
+    commit.tree = tree.id
+    commit.parents = [hashlib.sha1(bytes([i])).hexdigest().encode() for i in range(parents)]
+    who = "機器人 <bot@example.com>".encode()
+    commit.author = commit.committer = who
+    commit.author_time, commit.commit_time = 1_700_000_000, 1_700_000_007
+    commit.author_timezone = commit.commit_timezone = tz
+    commit.encoding = b"UTF-8"
+    commit.message = "設定 stop_loss\n\nGitstate-Op: set\n".encode()
+    body = packfmt.commit_body(tree.id.decode(), [p.decode() for p in commit.parents], who,
+                               1_700_000_000, who, 1_700_000_007, tz, commit.message)
+    assert body == commit.as_raw_string()
+    assert packfmt.object_name(b"commit", body, hashlib.sha1).hex() == commit.id.decode()
+    blob = Blob.from_string(b"{}\n")
+    assert packfmt.object_name(b"blob", b"{}\n", hashlib.sha1).hex() == blob.id.decode()
+    with pytest.raises(ValueError):
+        packfmt.format_zone(90)

@@ -27,7 +27,7 @@ from ..layout import (
     LOCK_FILE,
     WRITING_FILE,
 )
-from . import packwrite
+from . import packfmt, packwrite
 from .durability import Flush, flush_for
 from .fs import created_dirs, holds_data
 
@@ -340,41 +340,38 @@ class RepoBase:
     def make_commit(self, base: str | None, files: dict[str, bytes | None], message: bytes,
                     identity: bytes, when: int, tz_offset: int = 0,
                     author_time: int | None = None) -> str:
-        """Write (durably) the objects of a commit on ``base``; no ref moves."""
-        tree = Tree()
-        if base is not None:
-            for name, blob_id in self.file_ids(base).items():
-                tree.add(name.encode(), FILE_MODE, ObjectID(blob_id.encode()))
-        new_objects: list[Blob | Tree | Commit] = []
+        """Write (durably) the objects of a commit on ``base``; no ref moves. The objects
+        are serialized here (packfmt), not through dulwich's object classes: this runs on
+        every write, and tests/test_packfmt.py checks the bytes against dulwich's."""
+        fmt = self.repo.object_store.object_format
+        files_now = {name.encode(): bytes.fromhex(blob_id)
+                     for name, blob_id in (self.file_ids(base) if base else {}).items()}
+        new_objects: list[tuple[bytes, int, bytes]] = []
         for name, data in files.items():
             if data is None:
-                with contextlib.suppress(KeyError):
-                    del tree[name.encode()]
+                files_now.pop(name.encode(), None)
                 continue
-            blob = Blob.from_string(data)
-            new_objects.append(blob)
-            tree.add(name.encode(), FILE_MODE, blob.id)
-        commit = Commit()
-        commit.tree = tree.id
-        commit.parents = [ObjectID(base.encode())] if base else []
-        commit.author = commit.committer = identity
-        commit.author_time = author_time if author_time is not None else when
-        commit.commit_time = when
-        commit.author_timezone = commit.commit_timezone = tz_offset
-        commit.encoding = b"UTF-8"
-        commit.message = message
-        new_objects += [tree, commit]
+            blob = packfmt.object_name(b"blob", data, fmt.hash_func)
+            new_objects.append((blob, packfmt.BLOB, data))
+            files_now[name.encode()] = blob
+        tree = packfmt.tree_body(files_now, b"%o" % FILE_MODE)
+        tree_name = packfmt.object_name(b"tree", tree, fmt.hash_func)
+        parents = (base,) if base else ()
+        authored = author_time if author_time is not None else when
+        body = packfmt.commit_body(tree_name.hex(), parents, identity, authored, identity,
+                                   when, tz_offset, message)
+        commit_name = packfmt.object_name(b"commit", body, fmt.hash_func)
+        new_objects += [(tree_name, packfmt.TREE, tree), (commit_name, packfmt.COMMIT, body)]
         # one small pack (see packwrite): 2 files and 2 renames instead of a loose file,
         # a lock file and a fan-out directory per object
-        name, pack, index = packwrite.build(new_objects, self.repo.object_store.object_format)
+        name, pack, index = packwrite.build_raw(new_objects, fmt)
         packwrite.write(self.pack_dir, name, pack, index, self.flush)
-        new_id = commit.id.decode()
-        self._remember(new_id, (base,) if base else (),
-                       {e.path.decode(): e.sha.decode() for e in tree.iteritems()})
-        self.last_commit = CommitInfo(new_id, (base,) if base else (), commit.author_time,
-                                      message, identity.decode("utf-8", "replace"))
+        new_id = commit_name.hex()
+        self._remember(new_id, parents, {n.decode(): sha.hex() for n, sha in files_now.items()})
+        self.last_commit = CommitInfo(new_id, parents, authored, message,
+                                      identity.decode("utf-8", "replace"))
         self._last_commit_time = when
-        self.last_objects = [o.id.decode() for o in new_objects]
+        self.last_objects = [o[0].hex() for o in new_objects]
         return new_id
 
     def move_ref(self, name: str, old: str | None, new: str | None) -> bool:

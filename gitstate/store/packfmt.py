@@ -46,6 +46,47 @@ def entry(type_num: int, body: bytes) -> bytes:
     return bytes(header) + zlib.compress(body)  # zlib's default level, as git's
 
 
+def object_name(type_name: bytes, body: bytes, new_hash: Callable[[], Hash]) -> bytes:
+    """An object's binary name: the hash of ``<type> <size>\\0`` and its body."""
+    h = new_hash()
+    h.update(b"%s %d\x00" % (type_name, len(body)))
+    h.update(body)
+    return h.digest()
+
+
+def tree_body(files: dict[bytes, bytes], mode: bytes = b"100644") -> bytes:
+    """A tree of regular files only (name -> binary object name), in git's order (for
+    files alone, plain byte order of the names)."""
+    return b"".join(b"%s %s\x00%s" % (mode, name, files[name]) for name in sorted(files))
+
+
+def commit_body(tree: str, parents: Iterable[str], author: bytes, author_time: int,
+                committer: bytes, commit_time: int, tz_offset: int, message: bytes,
+                encoding: bytes | None = b"UTF-8") -> bytes:
+    """A commit's body as git (and dulwich) serialize it: tree, parents, author, committer
+    (``<identity> <time> <+hhmm>``), the encoding header, a blank line, the message. A
+    header value holding a newline continues on lines starting with a space."""
+    zone = format_zone(tz_offset)
+    headers = [(b"tree", tree.encode()), *((b"parent", p.encode()) for p in parents),
+               (b"author", b"%s %d %s" % (author, author_time, zone)),
+               (b"committer", b"%s %d %s" % (committer, commit_time, zone))]
+    if encoding:
+        headers.append((b"encoding", encoding))
+    out = bytearray()
+    for field, value in headers:
+        out += field + b" " + value.replace(b"\n", b"\n ") + b"\n"
+    return bytes(out) + b"\n" + message
+
+
+def format_zone(offset: int) -> bytes:
+    """``+hhmm`` / ``-hhmm`` for an offset in seconds (whole minutes only)."""
+    if offset % 60:
+        raise ValueError("a time zone offset must be whole minutes")
+    sign = b"-" if offset < 0 else b"+"
+    minutes = abs(offset) // 60
+    return b"%s%02d%02d" % (sign, minutes // 60, minutes % 60)
+
+
 def pack(entries: Iterable[tuple[bytes, bytes]],
          new_hash: Callable[[], Hash]) -> tuple[bytes, bytes, bytes]:
     """(pack bytes, index bytes, pack checksum) for ``(name, entry)`` pairs, entries kept in

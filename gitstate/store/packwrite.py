@@ -41,9 +41,16 @@ TIER0_BYTES = 4096  # tier 0: packs of a few commits (one commit's pack is about
 
 def build(objects: Iterable[ShaFile], fmt: ObjectFormat) -> tuple[str, bytes, bytes]:
     """The pack and its index in memory: (name, pack bytes, index bytes)."""
+    return build_raw(((bytes.fromhex(o.id.decode()), o.type_num, o.as_raw_string())
+                      for o in objects), fmt)
+
+
+def build_raw(objects: Iterable[tuple[bytes, int, bytes]],
+              fmt: ObjectFormat) -> tuple[str, bytes, bytes]:
+    """The same from (binary name, type number, body) triples."""
     pack, index, checksum = packfmt.pack(
-        ((bytes.fromhex(o.id.decode()), packfmt.entry(o.type_num, o.as_raw_string()))
-         for o in objects), fmt.hash_func)
+        ((name, packfmt.entry(type_num, body)) for name, type_num, body in objects),
+        fmt.hash_func)
     return f"pack-{checksum.hex()}", pack, index
 
 
