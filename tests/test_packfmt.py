@@ -125,3 +125,11 @@ def test_raw_objects_are_the_bytes_dulwich_and_git_make(tmp_path: Path, tz: int,
     assert packfmt.object_name(b"blob", b"{}\n", hashlib.sha1).hex() == blob.id.decode()
     with pytest.raises(ValueError):
         packfmt.format_zone(90)
+
+
+@pytest.mark.parametrize("size", [0, 1, 1023, 1024, 1025, 4096, 32767, 32768, 40000, 1 << 20])
+def test_deflate_round_trips_at_every_window_size(size: int) -> None:
+    body = (os.urandom(size // 2) + b"ab" * size)[:size]
+    out = packfmt.deflate(body)
+    assert zlib.decompress(out) == body  # inflated with the default (largest) window
+    assert zlib.decompressobj().decompress(out) == body
