@@ -247,3 +247,28 @@ def test_crafted_files_in_the_ref_and_pack_directories(tmp_path: Path) -> None:
     assert not lock.exists() and not ours.exists() and theirs.exists()
     theirs.unlink()
     assert_fsck_clean(tmp_path / "agent" / "state")
+
+
+def test_the_index_written_on_each_commit_is_git_s(tmp_path: Path) -> None:
+    """The index is serialized by gitstate (store/worktree.index_file): git reads it,
+    finds it equal to HEAD and to the files (with a schema, two entries), and dulwich's
+    reader agrees byte for byte on every field."""
+    from dulwich.index import Index
+
+    schema = (Path(__file__).parent.parent / "examples" / "schemas" / "trading.yaml")
+    with StateRepo.init(tmp_path / "a") as repo:
+        repo.set_schema(schema.read_text(encoding="utf-8"), "adopt the schema")
+        repo.set("phase", "apply", "start")
+        state = repo.state_dir
+    listed = git(state, "ls-files", "-s").stdout.split("\n")
+    head_tree = git(state, "ls-tree", "HEAD").stdout.split("\n")
+    assert [line.split()[1] for line in listed if line] == \
+        [line.split()[2] for line in head_tree if line]
+    assert git(state, "status", "--porcelain").stdout == ""
+    assert git(state, "diff-files", "--quiet").returncode == 0  # the stat data match
+    entries = dict(Index(str(state / ".git" / "index")).items())
+    assert sorted(entries) == [b"schema.yaml", b"working_state.json"]
+    for name, entry in entries.items():
+        info = os.stat(state / name.decode())
+        assert (entry.size, entry.ino, entry.mode) == (info.st_size, info.st_ino, 0o100644)
+        assert entry.mtime == (info.st_mtime_ns // 10**9, info.st_mtime_ns % 10**9)

@@ -140,16 +140,18 @@ def swap_write(path: Path | str, data: bytes, spare: Path | str) -> None:
         regular = stat.S_ISREG(os.lstat(path).st_mode)
     except FileNotFoundError:
         regular = False  # nothing to trade places with
-    fd = _open_spare(spare) if regular and _RENAMEAT2 is not None else None
-    if fd is None:
+    opened = _open_spare(spare) if regular and _RENAMEAT2 is not None else None
+    if opened is None:
         atomic_write(Path(path), data, fsync=False)
         return
+    fd, size = opened
     try:
         view = memoryview(data)
         offset = 0
         while offset < len(data):
             offset += os.pwrite(fd, view[offset:], offset)
-        os.ftruncate(fd, len(data))
+        if size > len(data):  # only a longer old content leaves a tail to cut
+            os.ftruncate(fd, len(data))
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
             raise StoreError(f"disk full while writing {path}", rule="store.disk_full") from exc
@@ -165,9 +167,9 @@ def swap_write(path: Path | str, data: bytes, spare: Path | str) -> None:
         atomic_write(Path(path), data, fsync=False)  # this file system cannot exchange
 
 
-def _open_spare(spare: Path | str) -> int | None:
-    """The spare file, opened for writing: remade when it is not a plain file of ours;
-    None when it cannot be (a directory in its place)."""
+def _open_spare(spare: Path | str) -> tuple[int, int] | None:
+    """The spare file, opened for writing, and its size: remade when it is not a plain
+    file of ours; None when it cannot be (a directory in its place)."""
     flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(spare, flags)
@@ -178,11 +180,12 @@ def _open_spare(spare: Path | str) -> int | None:
     if fd >= 0:
         info = os.fstat(fd)
         if stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and info.st_uid == os.geteuid():
-            return fd
+            return fd, info.st_size
         os.close(fd)
     try:
         if fd != -1:
             os.unlink(spare)  # the link itself, never what it points at
-        return os.open(spare, flags | os.O_CREAT | os.O_EXCL, 0o644)
+        return os.open(spare, flags | os.O_CREAT | os.O_EXCL, 0o644), 0
     except OSError:
         return None
+

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import os
+import struct
 from pathlib import Path
-
-from dulwich.index import index_entry_from_stat, write_index_dict
-from dulwich.objects import ObjectID
 
 from .. import faults, layout, safefile
 from ..errors import StoreError
@@ -46,19 +43,14 @@ class WorktreeOps(RepoBase):
                 # repaired by the next open (an empty or unreadable file is damage)
                 swap_write(target, data, f"{git}/{SPARE_PREFIX}{name}")
                 faults.hit("checkout.file")
-            entries[name.encode()] = index_entry_from_stat(
-                os.stat(target), ObjectID(blob_id.encode()), FILE_MODE)
+            entries[name.encode()] = (os.stat(target), bytes.fromhex(blob_id))
         parents = self.parents(commit)
         for name in (self.file_ids(parents[0]) if parents else {}).keys() - ids.keys():
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"{work}/{name}")  # a file this commit deleted
         # The index only makes `git status` agree; it is a cache of HEAD, so it is written
         # without fsync (dulwich's Index.write always fsyncs).
-        buf = io.BytesIO()
-        write_index_dict(buf, entries, version=2)
-        raw = buf.getvalue()
-        swap_write(f"{git}/index", raw + hashlib.sha1(raw).digest(),
-                   f"{git}/{SPARE_PREFIX}index")
+        swap_write(f"{git}/index", index_file(entries), f"{git}/{SPARE_PREFIX}index")
         faults.hit("checkout.index")
         stamp = layout.format_stamp(commit, ids.get(STATE_FILE, ""), ids.get(SCHEMA_FILE))
         swap_write(f"{git}/{STAMP_FILE}", stamp, f"{git}/{SPARE_PREFIX}stamp")
@@ -112,6 +104,28 @@ class WorktreeOps(RepoBase):
         for p in self.path.glob(".*.tmp"):
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
+
+
+def index_file(entries: dict[bytes, tuple[os.stat_result, bytes]]) -> bytes:
+    """A version-2 git index of regular files (name -> (its stat, binary blob name)), as
+    git's Documentation/gitformat-index.txt lays it out: ``DIRC``, the version and count,
+    one entry per file in name order (ctime and mtime as seconds and nanoseconds, dev, ino,
+    mode, uid, gid, size, the object name, the flags holding the name's length, the name,
+    NUL padding to a multiple of 8 bytes), then the SHA-1 of all that. Written here, not by
+    dulwich, because it is written on every commit."""
+    out = bytearray(b"DIRC" + struct.pack(">II", 2, len(entries)))
+    for name in sorted(entries):
+        info, sha = entries[name]
+        entry = struct.pack(
+            ">10I", info.st_ctime_ns // 10**9 & _U32, info.st_ctime_ns % 10**9,
+            info.st_mtime_ns // 10**9 & _U32, info.st_mtime_ns % 10**9, info.st_dev & _U32,
+            info.st_ino & _U32, FILE_MODE, info.st_uid & _U32, info.st_gid & _U32,
+            info.st_size & _U32) + sha + struct.pack(">H", min(len(name), 0xFFF)) + name
+        out += entry + b"\0" * (8 - len(entry) % 8)
+    return bytes(out) + hashlib.sha1(out).digest()
+
+
+_U32 = 0xFFFFFFFF
 
 
 def _damaged(path: Path) -> bool:
