@@ -156,8 +156,11 @@ def render(
 
 def text_chars(text: str) -> int:
     """Length as a JavaScript host counts it (UTF-16 code units): Claude Code's limit on a
-    hook's additionalContext is measured so; an emoji outside the BMP counts twice."""
-    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+    hook's additionalContext is measured so; an emoji outside the BMP counts twice.
+    (Counted by the codec, not per character: this runs for every line of every write.)"""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def section_chars(state: State, now: datetime, compiled: dict[str, object] | None) -> int:

@@ -162,3 +162,9 @@ def test_the_cheap_bound_never_undercounts(entries: list[tuple[str, object, str]
                       next_steps=note) if note else None
     state = State(keys, handoff)
     assert section_chars(state, now, None) <= section_chars_bound(state, now, None)
+
+
+@pytest.mark.parametrize("text", ["", "stop_loss = 262", "跌破 262 出場", "😀 x", "a\U0010ffff",
+                                  "\ud800 lone", "é\u200b\u202e"])
+def test_text_chars_counts_utf16_units(text: str) -> None:
+    assert text_chars(text) == sum(2 if ord(ch) > 0xFFFF else 1 for ch in text)

@@ -90,6 +90,7 @@ class RepoBase:
         self._last_commit_time = 0
         self.last_objects: list[str] = []
         self._lock_fd: int | None = None  # the write lock's descriptor, while held
+        self._fold_calls = 0  # writes of this process, for PackOps.consolidate
 
     def set_durability(self, mode: str) -> str:
         """Pick the flushes for ``mode`` (auto: from this repository's file system);
