@@ -13,8 +13,8 @@ import os
 # the write path's phases, in order (docs/reliability.md, "The write path's phases"):
 # before the ref's rename nothing is committed; from "ref.renamed" on, the write is
 POINTS = (
-    "pack.tmp_pack", "pack.tmp_idx", "pack.pack_renamed", "pack.idx_renamed", "objects",
-    "ref.locked", "ref.written", "ref.renamed", "ref", "checkout.file", "checkout.index",
+    "ref.locked", "pack.tmp_pack", "pack.tmp_idx", "ref.written", "pack.pack_renamed",
+    "pack.idx_renamed", "objects", "ref.renamed", "ref", "checkout.file", "checkout.index",
     "worktree", "projection",
     # consolidation, after the write returned and the lock was released
     "merge.tmp_pack", "merge.tmp_idx", "merge.pack_renamed", "merge.idx_renamed",

@@ -7,9 +7,10 @@ callers hand it file contents and a message.
 
 Write protocol (see docs/design.md, "The write path"), all under ``flock(.git/gitstate.lock)``:
 
-1. the commit's new objects are written as one small pack and its index (``packwrite``),
-   flushed as the durability mode says (``durability``);
-2. the ref moves by compare-and-swap under ``<ref>.lock``: this is the commit point;
+1. ``<ref>.lock`` is taken and the ref compared with the base (``commits``); the commit's
+   new objects are written as one small pack and its index (``packwrite``), flushed
+   together with the lock file's new id as the durability mode says (``durability``);
+2. the lock is renamed over the ref: this is the commit point;
 3. the working tree file, the index entry and the stamp ``<commit> <blob>`` (what the render
    fast path checks) are replaced by ``fs.swap_write``, never flushed.
 
@@ -24,6 +25,7 @@ a leftover (repaired silently) rather than a hand edit (reported, never injected
 from __future__ import annotations
 
 from .base import BRANCH, ZERO, CommitInfo, WorktreeStatus
+from .commits import CommitOps
 from .fs import atomic_write, git_blob_id
 from .packs import PackOps
 from .transport import TransportOps
@@ -34,5 +36,5 @@ __all__ = ["BRANCH", "ZERO", "CommitInfo", "GitStore", "WorktreeStatus", "atomic
            "git_blob_id"]
 
 
-class GitStore(WorktreeOps, TransportOps, PackOps, TreeOps):
+class GitStore(WorktreeOps, TransportOps, PackOps, TreeOps, CommitOps):
     """One state repository (``<agent dir>/state``, or a bare server repository)."""

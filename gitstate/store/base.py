@@ -19,17 +19,16 @@ from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
-from .. import faults, layout, locking, safefile
+from .. import layout, locking, safefile
 from ..errors import NotInitialized, StoreError
 from ..layout import (
-    FILE_MODE,
     INCOMING_PREFIX,
     LOCK_FILE,
     WRITING_FILE,
 )
-from . import packfmt, packwrite
+from . import packwrite
 from .durability import Flush, flush_for
-from .fs import created_dirs, holds_data
+from .fs import holds_data
 
 BRANCH = Ref(layout.BRANCH.encode())
 ZERO = ObjectID(b"0" * 40)
@@ -317,117 +316,7 @@ class RepoBase:
                              rule="store.corrupt_object")
         return obj
 
-    # -- writing --------------------------------------------------------------------------
-
-    def commit(
-        self,
-        base: str | None,
-        files: dict[str, bytes | None],
-        message: bytes,
-        identity: bytes,
-        when: int,
-        tz_offset: int = 0,
-        ref: str = layout.BRANCH,
-    ) -> str | None:
-        """Write a commit of ``files`` (None deletes) on top of ``base`` and move ``ref`` to
-        it if the ref still equals ``base``. Returns the new id, or None when it moved."""
-        new_id = self.make_commit(base, files, message, identity, when, tz_offset)
-        faults.hit("objects")  # objects durable, ref not moved yet
-        if not self.move_ref(ref, base, new_id):
-            return None
-        faults.hit("ref")  # committed; working tree and projection not refreshed yet
-        return new_id
-
-    def make_commit(self, base: str | None, files: dict[str, bytes | None], message: bytes,
-                    identity: bytes, when: int, tz_offset: int = 0,
-                    author_time: int | None = None) -> str:
-        """Write (durably) the objects of a commit on ``base``; no ref moves. The objects
-        are serialized here (packfmt), not through dulwich's object classes: this runs on
-        every write, and tests/test_packfmt.py checks the bytes against dulwich's."""
-        fmt = self.repo.object_store.object_format
-        files_now = {name.encode(): bytes.fromhex(blob_id)
-                     for name, blob_id in (self.file_ids(base) if base else {}).items()}
-        new_objects: list[tuple[bytes, int, bytes]] = []
-        for name, data in files.items():
-            if data is None:
-                files_now.pop(name.encode(), None)
-                continue
-            blob = packfmt.object_name(b"blob", data, fmt.hash_func)
-            new_objects.append((blob, packfmt.BLOB, data))
-            files_now[name.encode()] = blob
-        tree = packfmt.tree_body(files_now, b"%o" % FILE_MODE)
-        tree_name = packfmt.object_name(b"tree", tree, fmt.hash_func)
-        parents = (base,) if base else ()
-        authored = author_time if author_time is not None else when
-        body = packfmt.commit_body(tree_name.hex(), parents, identity, authored, identity,
-                                   when, tz_offset, message)
-        commit_name = packfmt.object_name(b"commit", body, fmt.hash_func)
-        new_objects += [(tree_name, packfmt.TREE, tree), (commit_name, packfmt.COMMIT, body)]
-        # one small pack (see packwrite): 2 files and 2 renames instead of a loose file,
-        # a lock file and a fan-out directory per object
-        name, pack, index = packwrite.build_raw(new_objects, fmt)
-        packwrite.write(self.pack_dir, name, pack, index, self.flush)
-        new_id = commit_name.hex()
-        self._remember(new_id, parents, {n.decode(): sha.hex() for n, sha in files_now.items()})
-        self.last_commit = CommitInfo(new_id, parents, authored, message,
-                                      identity.decode("utf-8", "replace"))
-        self._last_commit_time = when
-        self.last_objects = [o[0].hex() for o in new_objects]
-        return new_id
-
-    def move_ref(self, name: str, old: str | None, new: str | None) -> bool:
-        """Compare-and-swap any ref (None: absent / delete); durable when it returns.
-        Call it with the kernel write lock held: a ``<ref>.lock`` found then is stale."""
-        if new is None:
-            ref = Ref(name.encode())
-            old_id = ObjectID(old.encode()) if old else ZERO
-            return bool(self._stale_lock_safe(
-                lambda: self.repo.refs.remove_if_equals(ref, old_id)))
-        return self._write_ref(name, old, new)
-
-    def _write_ref(self, name: str, old: str | None, new: str) -> bool:
-        """git's ref update: ``<ref>.lock`` (O_EXCL, so plain git and we exclude each
-        other), compare, write, flush, rename over the ref (the commit point), flush the
-        ref's directory. Written here rather than by dulwich so that the mode decides the
-        flushes: dulwich always fsyncs the lock file."""
-        path = f"{self.git_path}/{name}"
-        created: set[str] = set()
-        lock = path + ".lock"
-        for _ in range(8):
-            try:
-                fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                break
-            except FileExistsError:  # we hold the kernel lock: it is a killed writer's
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(lock)
-            except FileNotFoundError:  # a new ref's directory (rare: checked only then)
-                created |= created_dirs({os.path.dirname(path)})
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-        else:
-            raise StoreError(f"{lock} keeps reappearing; another program is writing {name}",
-                             rule="store.contention")
-        try:
-            faults.hit("ref.locked")
-            if self.ref(name) != old:
-                os.close(fd)
-                os.unlink(lock)
-                return False
-            os.write(fd, new.encode() + b"\n")
-            self.flush.data(fd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(lock)
-            raise
-        os.close(fd)
-        faults.hit("ref.written")
-        os.replace(lock, path)
-        faults.hit("ref.renamed")
-        self.flush.commit(os.path.dirname(path))
-        for directory in sorted(created, key=len, reverse=True):
-            self.flush.directory(directory)
-        return True
+    # -- refs -------------------------------------------------------------------------
 
     def ref(self, name: str) -> str | None:
         """The commit a ref names, or None. A write reads a ref three times (recovery, the

@@ -14,7 +14,6 @@ from ..layout import REPACK_LOCK_FILE
 from . import packwrite
 from .base import RepoBase
 
-
 FOLD_CHECK_EVERY = 4  # writes per look at the pack directory (see PackOps.consolidate)
 
 

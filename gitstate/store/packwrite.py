@@ -54,39 +54,81 @@ def build_raw(objects: Iterable[tuple[bytes, int, bytes]],
     return f"pack-{checksum.hex()}", pack, index
 
 
-def write(pack_dir: Path | str, name: str, pack: bytes, index: bytes, flush: Flush,
-          phase: str = "pack") -> None:
-    """Put ``name``.pack and ``name``.idx in ``pack_dir`` (temporary names, data flushed,
-    renamed; the directory flushed as the mode asks). Paths are plain strings here: this
-    runs on every write, and pathlib's joins cost more than the renames."""
+class Staged:
+    """A pack and its index written under temporary names, their writeback started, not
+    yet flushed or named (:func:`stage`, then :func:`publish` or :meth:`discard`)."""
+
+    def __init__(self, folder: str, created: bool) -> None:
+        self.folder = folder
+        self.created = created  # the pack directory was made for it
+        self.files: list[tuple[str, int]] = []  # (temporary path, open descriptor)
+        self.closed = False
+
+    @property
+    def fds(self) -> list[int]:
+        return [fd for _path, fd in self.files]
+
+    def close(self) -> None:
+        if not self.closed:  # once: a descriptor number closed twice may be another's
+            self.closed = True
+            for _path, fd in self.files:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    def discard(self) -> None:
+        self.close()
+        for path, _fd in self.files:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def stage(pack_dir: Path | str, pack: bytes, index: bytes, flush: Flush) -> Staged:
+    """Write the pack and its index under git's temporary prefixes and start their
+    writeback. Paths are plain strings here: this runs on every write, and pathlib's
+    joins cost more than the renames."""
     folder = os.fspath(pack_dir)
     created = not os.path.isdir(folder)
     if created:
         os.makedirs(folder, exist_ok=True)
-    # both files written and their writeback started before waiting for either
-    made: list[tuple[str, int]] = []
+    staged = Staged(folder, created)
     try:
-        made.append(_tmp_file(folder, "tmp_pack_", pack, flush))
-        made.append(_tmp_file(folder, "tmp_idx_", index, flush))
-        for (_path, fd), point in zip(made, ("tmp_pack", "tmp_idx"), strict=True):
-            flush.data(fd)
-            faults.hit(f"{phase}.{point}")
+        staged.files.append(_tmp_file(folder, "tmp_pack_", pack, flush))
+        staged.files.append(_tmp_file(folder, "tmp_idx_", index, flush))
     except BaseException:
-        for path, _fd in made:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+        staged.discard()
         raise
-    finally:
-        for _path, fd in made:
-            os.close(fd)
-    (tmp_pack, _), (tmp_idx, _) = made
+    return staged
+
+
+def publish(staged: Staged, name: str, flush: Flush, phase: str = "pack") -> None:
+    """Name a staged pack ``name``.pack and ``name``.idx (their data flushed already): the
+    pack first, the index second, since a reader sees a pack only once its index is
+    there; then the directory flushed as the mode asks."""
+    staged.close()
+    (tmp_pack, _), (tmp_idx, _) = staged.files
+    folder = staged.folder
     os.replace(tmp_pack, f"{folder}/{name}.pack")
     faults.hit(f"{phase}.pack_renamed")
     os.replace(tmp_idx, f"{folder}/{name}.idx")
     faults.hit(f"{phase}.idx_renamed")
     flush.directory(folder)
-    if created:
+    if staged.created:
         flush.directory(os.path.dirname(folder))
+
+
+def write(pack_dir: Path | str, name: str, pack: bytes, index: bytes, flush: Flush,
+          phase: str = "pack") -> None:
+    """Put ``name``.pack and ``name``.idx in ``pack_dir``: staged, both flushed at once,
+    published."""
+    staged = stage(pack_dir, pack, index, flush)
+    try:
+        flush.data_all(staged.fds)
+        faults.hit(f"{phase}.tmp_pack")
+        faults.hit(f"{phase}.tmp_idx")
+    except BaseException:
+        staged.discard()
+        raise
+    publish(staged, name, flush, phase)
 
 
 def _tmp_file(folder: str, prefix: str, data: bytes, flush: Flush) -> tuple[str, int]:

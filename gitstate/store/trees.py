@@ -15,7 +15,7 @@ from dulwich.objects import Blob, Commit, ObjectID, Tree
 from .. import faults
 from ..layout import FILE_MODE
 from . import packwrite
-from .base import RepoBase
+from .commits import CommitOps
 
 DIR_MODE = 0o040000
 
@@ -28,7 +28,7 @@ class BlobRef(str):
 Change = bytes | BlobRef | None  # new contents, an existing blob, or delete
 
 
-class TreeOps(RepoBase):
+class TreeOps(CommitOps):
     """Commits of nested trees on any ref, and reading them back by path."""
 
     def tree_commit(self, ref: str, base: str | None, changes: dict[str, Change],

@@ -1,0 +1,191 @@
+"""Writing commits and moving refs: steps 1 and 2 of the write protocol (the package
+docstring).
+
+``commit`` is the hot path: the commit's objects are serialized here (packfmt, not dulwich's
+object classes, checked byte for byte against dulwich in tests/test_packfmt.py), the ref's
+``<ref>.lock`` is taken and compared first, then the pack, its index and the lock file's new
+id are flushed together (nothing orders them against each other: what must be durable
+before the ref names the commit is all three), the pack is named and its directory flushed,
+and last the lock is renamed over the ref (the commit point) and the ref's directory
+flushed. Flushing the three files at once rather than one after another spares about a
+third of a strict write on this project's disk.
+
+``make_commit`` (objects only) and ``move_ref`` (compare-and-swap of any ref) are the two
+steps apart, for sync and for refs other than a commit's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+from dulwich.objects import ObjectID
+from dulwich.refs import Ref
+
+from .. import faults, layout
+from ..errors import StoreError
+from ..layout import FILE_MODE
+from . import packfmt, packwrite
+from .base import ZERO, CommitInfo, RepoBase
+from .fs import created_dirs
+
+Objects = list[tuple[bytes, int, bytes]]  # (binary name, type number, body)
+
+
+@dataclass
+class _RefLock:
+    """A held ``<ref>.lock``: its descriptor, the paths, the directories it created."""
+
+    fd: int
+    path: str
+    lock: str
+    created: set[str]
+
+
+class CommitOps(RepoBase):
+    """Commits and refs (see the module docstring)."""
+
+    def commit(self, base: str | None, files: dict[str, bytes | None], message: bytes,
+               identity: bytes, when: int, tz_offset: int = 0,
+               ref: str = layout.BRANCH) -> str | None:
+        """Write a commit of ``files`` (None deletes) on top of ``base`` and move ``ref`` to
+        it if the ref still equals ``base``. Returns the new id, or None when it moved."""
+        objects, new_id, ids = self._serialize(base, files, message, identity, when,
+                                               tz_offset, None)
+        name, pack, index = packwrite.build_raw(objects, self.repo.object_store.object_format)
+        lock = self._lock_ref(ref)
+        try:
+            faults.hit("ref.locked")
+            if self.ref(ref) != base:
+                self._drop_lock(lock)
+                return None
+            os.write(lock.fd, new_id.encode() + b"\n")
+            staged = packwrite.stage(self.pack_dir, pack, index, self.flush)
+            try:
+                self.flush.start(lock.fd)
+                self.flush.data_all([*staged.fds, lock.fd])
+                faults.hit("pack.tmp_pack")
+                faults.hit("pack.tmp_idx")
+                faults.hit("ref.written")
+            except BaseException:
+                staged.discard()
+                raise
+            packwrite.publish(staged, name, self.flush)
+            faults.hit("objects")  # objects durable, ref not moved yet
+        except BaseException:
+            self._drop_lock(lock)
+            raise
+        self._rename_ref(lock)
+        faults.hit("ref")  # committed; working tree and projection not refreshed yet
+        self._remember_commit(new_id, base, ids, message, identity, when, when, objects)
+        return new_id
+
+    def make_commit(self, base: str | None, files: dict[str, bytes | None], message: bytes,
+                    identity: bytes, when: int, tz_offset: int = 0,
+                    author_time: int | None = None) -> str:
+        """Write (durably) the objects of a commit on ``base``; no ref moves."""
+        objects, new_id, ids = self._serialize(base, files, message, identity, when,
+                                               tz_offset, author_time)
+        name, pack, index = packwrite.build_raw(objects, self.repo.object_store.object_format)
+        packwrite.write(self.pack_dir, name, pack, index, self.flush)
+        self._remember_commit(new_id, base, ids, message, identity,
+                              author_time if author_time is not None else when, when, objects)
+        return new_id
+
+    def _serialize(self, base: str | None, files: dict[str, bytes | None], message: bytes,
+                   identity: bytes, when: int, tz_offset: int,
+                   author_time: int | None) -> tuple[Objects, str, dict[str, str]]:
+        """The commit's new objects, its id, and its tree's file name -> blob id."""
+        hash_func = self.repo.object_store.object_format.hash_func
+        tree_files = {name.encode(): bytes.fromhex(blob_id)
+                      for name, blob_id in (self.file_ids(base) if base else {}).items()}
+        objects: Objects = []
+        for name, data in files.items():
+            if data is None:
+                tree_files.pop(name.encode(), None)
+                continue
+            blob = packfmt.object_name(b"blob", data, hash_func)
+            objects.append((blob, packfmt.BLOB, data))
+            tree_files[name.encode()] = blob
+        tree = packfmt.tree_body(tree_files, b"%o" % FILE_MODE)
+        tree_name = packfmt.object_name(b"tree", tree, hash_func)
+        authored = author_time if author_time is not None else when
+        body = packfmt.commit_body(tree_name.hex(), (base,) if base else (), identity,
+                                   authored, identity, when, tz_offset, message)
+        commit_name = packfmt.object_name(b"commit", body, hash_func)
+        objects += [(tree_name, packfmt.TREE, tree), (commit_name, packfmt.COMMIT, body)]
+        ids = {name.decode(): sha.hex() for name, sha in tree_files.items()}
+        return objects, commit_name.hex(), ids
+
+    def _remember_commit(self, new_id: str, base: str | None, ids: dict[str, str],
+                         message: bytes, identity: bytes, authored: int, when: int,
+                         objects: Objects) -> None:
+        parents = (base,) if base else ()
+        self._remember(new_id, parents, ids)
+        self.last_commit = CommitInfo(new_id, parents, authored, message,
+                                      identity.decode("utf-8", "replace"))
+        self._last_commit_time = when
+        self.last_objects = [sha.hex() for sha, _type, _body in objects]
+
+    def move_ref(self, name: str, old: str | None, new: str | None) -> bool:
+        """Compare-and-swap any ref (None: absent / delete); durable when it returns.
+        Call it with the kernel write lock held: a ``<ref>.lock`` found then is stale."""
+        if new is None:
+            ref = Ref(name.encode())
+            old_id = ObjectID(old.encode()) if old else ZERO
+            return bool(self._stale_lock_safe(
+                lambda: self.repo.refs.remove_if_equals(ref, old_id)))
+        lock = self._lock_ref(name)
+        try:
+            faults.hit("ref.locked")
+            if self.ref(name) != old:
+                self._drop_lock(lock)
+                return False
+            os.write(lock.fd, new.encode() + b"\n")
+            self.flush.data(lock.fd)
+            faults.hit("ref.written")
+        except BaseException:
+            self._drop_lock(lock)
+            raise
+        self._rename_ref(lock)
+        return True
+
+    def _lock_ref(self, name: str) -> _RefLock:
+        """git's ``<ref>.lock``, made with O_EXCL so that plain git and gitstate exclude each
+        other. Written here rather than by dulwich so that the mode decides the flushes
+        (dulwich always fsyncs the lock file)."""
+        path = f"{self.git_path}/{name}"
+        created: set[str] = set()
+        lock = path + ".lock"
+        for _ in range(8):
+            try:
+                fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                             0o644)
+                return _RefLock(fd, path, lock, created)
+            except FileExistsError:  # we hold the kernel lock: it is a killed writer's
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(lock)
+            except FileNotFoundError:  # a new ref's directory (rare: checked only then)
+                created |= created_dirs({os.path.dirname(path)})
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+        raise StoreError(f"{lock} keeps reappearing; another program is writing {name}",
+                         rule="store.contention")
+
+    @staticmethod
+    def _drop_lock(lock: _RefLock) -> None:
+        with contextlib.suppress(OSError):
+            os.close(lock.fd)
+        with contextlib.suppress(OSError):
+            os.unlink(lock.lock)
+
+    def _rename_ref(self, lock: _RefLock) -> None:
+        """The commit point: the flushed lock file renamed over the ref, then the ref's
+        directory (and any directory made for it) flushed."""
+        os.close(lock.fd)
+        os.replace(lock.lock, lock.path)
+        faults.hit("ref.renamed")
+        self.flush.commit(os.path.dirname(lock.path))
+        for directory in sorted(lock.created, key=len, reverse=True):
+            self.flush.directory(directory)
+
