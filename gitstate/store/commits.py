@@ -61,9 +61,8 @@ class CommitOps(RepoBase):
                 self._drop_lock(lock)
                 return None
             os.write(lock.fd, new_id.encode() + b"\n")
-            staged = packwrite.stage(self.pack_dir, pack, index, self.flush)
+            staged = packwrite.stage(self.pack_dir, pack, index)
             try:
-                self.flush.start(lock.fd)
                 self.flush.data_all([*staged.fds, lock.fd])
                 faults.hit("pack.tmp_pack")
                 faults.hit("pack.tmp_idx")

@@ -44,8 +44,8 @@ class Flush:
     mode = "strict"
 
     def start(self, fd: int) -> None:
-        """Start pushing ``fd``'s data out without waiting, so that the writeback of the
-        next file overlaps it; ``data`` waits. Strict: nothing (fsync does all of it)."""
+        """Start pushing ``fd``'s data out without waiting, so that the writebacks of
+        several files overlap; ``data`` waits. Strict: nothing (fsync does all of it)."""
         return None
 
     def data(self, fd: int) -> None:

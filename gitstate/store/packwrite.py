@@ -82,18 +82,19 @@ class Staged:
                 os.unlink(path)
 
 
-def stage(pack_dir: Path | str, pack: bytes, index: bytes, flush: Flush) -> Staged:
-    """Write the pack and its index under git's temporary prefixes and start their
-    writeback. Paths are plain strings here: this runs on every write, and pathlib's
-    joins cost more than the renames."""
+def stage(pack_dir: Path | str, pack: bytes, index: bytes) -> Staged:
+    """Write the pack and its index under git's temporary prefixes, not yet flushed
+    (``Flush.data_all`` flushes them with whatever else the write needs durable). Paths are
+    plain strings here: this runs on every write, and pathlib's joins cost more than the
+    renames."""
     folder = os.fspath(pack_dir)
     created = not os.path.isdir(folder)
     if created:
         os.makedirs(folder, exist_ok=True)
     staged = Staged(folder, created)
     try:
-        staged.files.append(_tmp_file(folder, "tmp_pack_", pack, flush))
-        staged.files.append(_tmp_file(folder, "tmp_idx_", index, flush))
+        staged.files.append(_tmp_file(folder, "tmp_pack_", pack))
+        staged.files.append(_tmp_file(folder, "tmp_idx_", index))
     except BaseException:
         staged.discard()
         raise
@@ -120,7 +121,7 @@ def write(pack_dir: Path | str, name: str, pack: bytes, index: bytes, flush: Flu
           phase: str = "pack") -> None:
     """Put ``name``.pack and ``name``.idx in ``pack_dir``: staged, both flushed at once,
     published."""
-    staged = stage(pack_dir, pack, index, flush)
+    staged = stage(pack_dir, pack, index)
     try:
         flush.data_all(staged.fds)
         faults.hit(f"{phase}.tmp_pack")
@@ -131,15 +132,14 @@ def write(pack_dir: Path | str, name: str, pack: bytes, index: bytes, flush: Flu
     publish(staged, name, flush, phase)
 
 
-def _tmp_file(folder: str, prefix: str, data: bytes, flush: Flush) -> tuple[str, int]:
-    """A new temporary file holding ``data``, its writeback started; (path, open fd)."""
+def _tmp_file(folder: str, prefix: str, data: bytes) -> tuple[str, int]:
+    """A new temporary file holding ``data`` (not flushed yet); (path, open fd)."""
     path = f"{folder}/{prefix}{os.getpid()}_{os.urandom(6).hex()}"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        flush.start(fd)
     except BaseException:
         os.close(fd)
         with contextlib.suppress(OSError):
