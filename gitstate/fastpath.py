@@ -15,7 +15,6 @@ import json
 import os
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 
 from .config import Config, load_config, resolve_tz
 from .errors import NotInitialized
@@ -102,6 +101,8 @@ def run_block(agent_dir: str | os.PathLike[str], run_id: str, *, locale: str,
     """A run's ``<state>`` block (gitstate/runrender.py) for a wake-up that names a run
     (``--run`` or GITSTATE_RUN): from the cache the ledger writes beside the run's ref when
     the ref still names its commit, else through the store."""
+    from pathlib import Path  # only here: the plain wake-up path must not import pathlib
+
     from .ledger import PREFIX, cached
     from .runrender import render_run
     from .runs import check_run_id, next_action
