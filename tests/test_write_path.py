@@ -257,7 +257,7 @@ def test_the_index_written_on_each_commit_is_git_s(tmp_path: Path) -> None:
     """The index is serialized by gitstate (store/worktree.index_file): git reads it,
     finds it equal to HEAD and to the files (with a schema, two entries), and dulwich's
     reader agrees byte for byte on every field."""
-    from dulwich.index import Index
+    from dulwich.index import Index, IndexEntry
 
     schema = (Path(__file__).parent.parent / "examples" / "schemas" / "trading.yaml")
     with StateRepo.init(tmp_path / "a") as repo:
@@ -273,6 +273,37 @@ def test_the_index_written_on_each_commit_is_git_s(tmp_path: Path) -> None:
     entries = dict(Index(str(state / ".git" / "index")).items())
     assert sorted(entries) == [b"schema.yaml", b"working_state.json"]
     for name, entry in entries.items():
+        assert isinstance(entry, IndexEntry)
         info = os.stat(state / name.decode())
         assert (entry.size, entry.ino, entry.mode) == (info.st_size, info.st_ino, 0o100644)
         assert entry.mtime == (info.st_mtime_ns // 10**9, info.st_mtime_ns % 10**9)
+
+
+def test_the_fast_ref_read_agrees_with_dulwich_on_crafted_refs(tmp_path: Path) -> None:
+    """store.ref reads a loose ref holding a plain id itself; anything else — a symbolic
+    ref, a symlink, an id without its newline, upper-case hex, junk, a packed ref — gives
+    what dulwich gives (or None), never a value read through a symlink on its own."""
+    from dulwich.refs import Ref
+
+    with StateRepo.init(tmp_path / "a") as repo:
+        head = repo.head()
+        heads = repo.state_dir / ".git" / "refs" / "heads"
+        other = repo.state_dir / "elsewhere"
+        other.write_text(head + "\n")
+        cases = {"sym": "ref: refs/heads/main\n", "nonl": head, "upper": head.upper() + "\n",
+                 "junk": "not an id\n", "short": head[:20] + "\n"}
+        for name, text in cases.items():
+            (heads / name).write_text(text)
+        (heads / "link").symlink_to(other)
+        for name in [*cases, "link", "absent"]:
+            try:
+                expected: str | None = repo.store.repo.refs[
+                    Ref(f"refs/heads/{name}".encode())].decode()
+            except (KeyError, ValueError):
+                expected = None
+            try:
+                got = repo.store.ref(f"refs/heads/{name}")
+            except ValueError:
+                got = None
+            assert got == expected, name
+        assert repo.store.ref("refs/heads/sym") == head
