@@ -9,14 +9,15 @@ two, an unknown setting or a wrongly typed one is an error, never ignored: a typ
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime, tzinfo
 
-from .errors import ConfigError
 from .layout import CONFIG_FILE as CONFIG_FILE  # re-exported for callers
+from .timebase import UTC, datetime, tzinfo
 
 TYPE_CHECKING = False  # not `from typing import`: typing costs ~3 ms per wake-up
 if TYPE_CHECKING:
     from typing import Any
+
+    from .errors import ConfigError
 
 LOCALES = ("zh-TW", "en", "ja")
 DURABILITY_MODES = ("auto", "strict", "fast")
@@ -77,6 +78,14 @@ _SETTINGS: dict[tuple[str, str], tuple[str, type, int | None, int | None]] = {
 _ = [getattr(Config, attr) for attr, *_ in _SETTINGS.values()]  # every setting has a default
 
 
+def _error(message: str, *, rule: str) -> ConfigError:
+    """A ConfigError, its module imported only then: the wake-up path reads config.toml on
+    every run, and the error tree is a third of a millisecond to import."""
+    from .errors import ConfigError
+
+    return ConfigError(message, rule=rule)
+
+
 def load_config(agent_dir: str | os.PathLike[str]) -> Config:
     """Read ``<agent_dir>/config.toml``; a missing file means all defaults."""
     from .safefile import NotRegular, TooLarge, read_regular
@@ -87,21 +96,21 @@ def load_config(agent_dir: str | os.PathLike[str]) -> Config:
     except FileNotFoundError:
         return Config()
     except TooLarge as exc:
-        raise ConfigError(
+        raise _error(
             f"{path} is over {MAX_CONFIG_BYTES} bytes; such config files are refused",
             rule="config.too_large",
         ) from exc
     except NotRegular as exc:  # a symlink, FIFO or device: never followed or waited on
-        raise ConfigError(f"{path} is not a regular file (a symlink, FIFO or device); "
-                          "config.toml must be a plain file", rule="config.not_regular") from exc
+        raise _error(f"{path} is not a regular file (a symlink, FIFO or device); "
+                     "config.toml must be a plain file", rule="config.not_regular") from exc
     except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc}", rule="config.unreadable") from exc
+        raise _error(f"cannot read {path}: {exc}", rule="config.unreadable") from exc
     import tomllib  # only when there is a file to read
 
     try:
         raw = tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise ConfigError(f"{path} is not valid TOML: {exc}", rule="config.syntax") from exc
+        raise _error(f"{path} is not valid TOML: {exc}", rule="config.syntax") from exc
     return config_from_dict(raw, source=str(path))
 
 
@@ -111,19 +120,19 @@ def config_from_dict(raw: dict[str, Any], *, source: str = "config") -> Config:
     for table in ("memory", "gitstate"):
         section = raw.get(table, {})
         if not isinstance(section, dict):
-            raise ConfigError(f"{source}: [{table}] must be a table", rule="config.type")
+            raise _error(f"{source}: [{table}] must be a table", rule="config.type")
         for name, value in section.items():
             spec = _SETTINGS.get((table, name))
             if spec is None:
                 known = sorted(n for t, n in _SETTINGS if t == table)
-                raise ConfigError(
+                raise _error(
                     f"{source}: unknown setting [{table}] {name}; known: {', '.join(known)}",
                     rule="config.unknown",
                 )
             attr, kind, low, high = spec
             # bool is an int in Python; TOML keeps them apart, and so do we.
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                raise ConfigError(
+                raise _error(
                     f"{source}: [{table}] {name} must be a {kind.__name__}, "
                     f"got {type(value).__name__}",
                     rule="config.type",
@@ -131,30 +140,30 @@ def config_from_dict(raw: dict[str, Any], *, source: str = "config") -> Config:
             if isinstance(value, int) and (
                 (low is not None and value < low) or (high is not None and value > high)
             ):
-                raise ConfigError(
+                raise _error(
                     f"{source}: [{table}] {name} = {value} is outside {low}..{high}",
                     rule="config.range",
                 )
             values[attr] = value
     config = Config(**values)
     if config.locale not in LOCALES:
-        raise ConfigError(
+        raise _error(
             f"{source}: [gitstate] locale must be one of {', '.join(LOCALES)}",
             rule="config.locale",
         )
     if config.timezone is not None:
         check_timezone(config.timezone)
     if config.durability not in DURABILITY_MODES:
-        raise ConfigError(f"{source}: [gitstate] durability must be one of "
-                          f"{', '.join(DURABILITY_MODES)}", rule="config.durability")
+        raise _error(f"{source}: [gitstate] durability must be one of "
+                     f"{', '.join(DURABILITY_MODES)}", rule="config.durability")
     if config.sync not in ("local-first", "remote-first"):
-        raise ConfigError(f"{source}: [gitstate] sync must be local-first or remote-first",
-                          rule="config.sync")
+        raise _error(f"{source}: [gitstate] sync must be local-first or remote-first",
+                     rule="config.sync")
     for name in ("identity_name", "identity_email"):
         text = getattr(config, name)
         if not text or any(c in text for c in "<>\n\r\0"):
-            raise ConfigError(f"{source}: [gitstate] {name} is not usable in a git identity",
-                              rule="config.identity")
+            raise _error(f"{source}: [gitstate] {name} is not usable in a git identity",
+                         rule="config.identity")
     return config
 
 
@@ -165,7 +174,7 @@ def check_timezone(name: str) -> None:
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise ConfigError(f"unknown time zone {name!r}", rule="config.timezone") from exc
+        raise _error(f"unknown time zone {name!r}", rule="config.timezone") from exc
 
 
 def resolve_tz(name: str | None) -> tzinfo:

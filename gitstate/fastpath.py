@@ -14,10 +14,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from datetime import UTC, datetime
 
 from .config import Config, load_config, resolve_tz
-from .errors import NotInitialized
 from .layout import (
     BRANCH,
     SCHEMA_CACHE_FILE,
@@ -30,6 +28,13 @@ from .model import STATE_FILE, State
 from .render import fit, phase_lines, render, text_chars
 from .safefile import read_regular
 from .textsafe import dumps
+from .timebase import UTC, datetime
+
+TYPE_CHECKING = False  # not `from typing import`: typing costs ~3 ms per wake-up
+if TYPE_CHECKING:
+    from typing import TypeGuard
+
+    from .errors import GitStateError
 
 try:  # the builtin module imports in microseconds; hashlib loads OpenSSL (~3 ms)
     from _sha1 import sha1  # type: ignore[import-not-found]
@@ -150,6 +155,8 @@ def section_at_head(
     config = config or load_config(agent_dir)
     state_dir = os.path.join(agent_dir, STATE_DIR)
     if not os.path.isdir(os.path.join(state_dir, ".git")):
+        from .errors import NotInitialized
+
         raise NotInitialized(f"{agent_dir} has no gitstate repository; run `gitstate init`")
     if not config.enabled:
         return "", [], None
@@ -170,7 +177,9 @@ def section_at_head(
         tz = resolve_tz(config.timezone)
         full = render(state, moment, locale, tz, extra)
         text, warnings = full, []
-        if max_chars is not None:
+        # fit renders again only when the handoff must give way (the same test fit makes)
+        if max_chars is not None and state.handoff is not None and \
+                text_chars(full) > max_chars:
             text = fit(state, moment, locale, tz, extra, max_chars)[0]
     if text != full:
         warnings.append(f"the section is {text_chars(full)} characters, over this runtime's "
@@ -235,9 +244,15 @@ def parse_fast(args: list[str]) -> tuple[str, str, dict[str, str]] | None:
     return command, agent_dir, opts
 
 
-def run_fast(command: str, agent_dir: str, opts: dict[str, str]) -> int:
+def _ours(exc: Exception) -> TypeGuard[GitStateError]:
+    """Whether ``exc`` is one of gitstate's errors. The error tree is imported here, when
+    something went wrong, not on every wake-up (a raised one was imported by its raiser)."""
     from .errors import GitStateError
 
+    return isinstance(exc, GitStateError)
+
+
+def run_fast(command: str, agent_dir: str, opts: dict[str, str]) -> int:
     now = None
     if "now" in opts:
         try:
@@ -252,8 +267,10 @@ def run_fast(command: str, agent_dir: str, opts: dict[str, str]) -> int:
         try:  # a hook's budget: the runtime's own limit, never more than config.toml's
             config = load_config(agent_dir)
             budget = config.injection_max_chars
-        except GitStateError:
-            pass  # section() reads it again and reports the error
+        except Exception as exc:  # only ours (see _ours); anything else goes on
+            if not _ours(exc):
+                raise
+            # section() reads it again and reports the error
         if "max-chars" in opts:
             budget = int(opts["max-chars"])
         if opts["runtime"] == "claude-code":
@@ -274,7 +291,9 @@ def run_fast(command: str, agent_dir: str, opts: dict[str, str]) -> int:
             warnings.append(f"the run's <state> block ({text_chars(block)} characters) and "
                             f"the section pass this runtime's budget of {limit}: raise "
                             "--max-chars, or keep the run's texts shorter")
-    except GitStateError as exc:
+    except Exception as exc:  # only ours (see _ours); anything else goes on
+        if not _ours(exc):
+            raise
         sys.stderr.write(f"gitstate: error [{exc.rule}]: {exc.message}\n")
         # A hook must never block the agent's prompt (exit 2 does in Claude Code).
         return 1 if command == "hook" else exc.exit_code

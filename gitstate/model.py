@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import functools
 import json
-import math
-from datetime import UTC, datetime
 
 from .layout import HISTORY_FILE as HISTORY_FILE  # re-exported for callers
 from .layout import STATE_FILE as STATE_FILE
+from .timebase import UTC, datetime
 
 TYPE_CHECKING = False  # not `from typing import`: typing costs ~3 ms per wake-up
 
@@ -221,7 +220,7 @@ class Entry(_Record):
 
             value = check(value, "value", _stored_leaf)
         elif not isinstance(value, str | int | float) or (
-            isinstance(value, float) and not math.isfinite(value)
+            isinstance(value, float) and not _finite(value)
         ):
             raise ValueError("entry value must be a JSON scalar, array or object")
         set_at, reason = data.get("set_at", ""), data.get("reason")
@@ -235,11 +234,17 @@ class Entry(_Record):
                    expires_at=expires)
 
 
+def _finite(x: float) -> bool:
+    """math.isfinite without the math module (a shared library to load on every wake-up):
+    inf - inf and nan - nan are nan, any finite x - x is 0."""
+    return x - x == 0.0
+
+
 def _stored_leaf(value: object, path: str) -> object:
     """A scalar inside a stored structure: its type only (rules.check_value checked the
     text when it was written; a file from elsewhere goes through foreign.py's checks)."""
     if value is None or isinstance(value, str | int | bool) or (
-            isinstance(value, float) and math.isfinite(value)):
+            isinstance(value, float) and _finite(value)):
         return value
     raise ValueError(f"{path}: not a JSON value")
 

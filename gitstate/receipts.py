@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import UTC, datetime
+
+from .timebase import UTC, datetime
 
 try:
     from _sha256 import sha256  # type: ignore[import-not-found]

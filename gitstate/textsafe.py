@@ -18,10 +18,11 @@ Standard library only: the wake-up path imports this module.
 from __future__ import annotations
 
 import json
-import unicodedata
 
 TYPE_CHECKING = False  # not `from typing import`: typing costs ~3 ms per wake-up
 if TYPE_CHECKING:
+    import re
+    from collections.abc import Callable
     from typing import Any
 
 # Letters that print as nothing (category Lo, so not "format" characters).
@@ -40,12 +41,47 @@ def hidden(ch: str) -> bool:
     # variation selectors, but for U+FE0E/U+FE0F (text or emoji style of a symbol)
     if 0xFE00 <= code <= 0xFE0D or 0xE0100 <= code <= 0xE01EF:
         return True
-    return unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp")
+    return _category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp")
+
+
+def _load_category(ch: str) -> str:
+    """unicodedata.category, imported on the first non-ASCII character (a wake-up whose
+    texts are all ASCII never loads it)."""
+    global _category
+    import unicodedata
+
+    _category = unicodedata.category
+    return _category(ch)
+
+
+_category: Callable[[str], str] = _load_category
+
+
+def plain(text: str) -> bool:
+    """Whether no character of ``text`` is hidden, decided without a loop in Python (a
+    wake-up's section is thousands of CJK characters): ``str.isprintable`` is False for
+    every Cc, Cf, Cs, Zl and Zp character (and for the Zs, Co and Cn ones, which then take
+    the character-by-character way), and one search finds the blank letters and the
+    variation selectors, which it lets through."""
+    global _odd
+    if not text.isprintable():
+        return False
+    if text.isascii():
+        return True
+    if _odd is None:
+        import re
+
+        _odd = re.compile("[" + "".join(sorted(_BLANK_LETTERS)) +
+                          "\ufe00-\ufe0d\U000e0100-\U000e01ef]")
+    return _odd.search(text) is None
+
+
+_odd: re.Pattern[str] | None = None
 
 
 def inline(text: str) -> str:
     """Flatten untrusted text to one line for the section or a text listing."""
-    if text.isascii() and text.isprintable() and "  " not in text:
+    if "  " not in text and plain(text):
         return text.strip()
     out: list[str] = []
     for ch in text:
@@ -58,7 +94,7 @@ def inline(text: str) -> str:
 
 def visible(text: str) -> str:
     """Every hidden character of ``text`` shown as ``\\uXXXX`` (newlines too)."""
-    if text.isascii() and text.isprintable():
+    if plain(text):
         return text
     return "".join(_escape(ch) if hidden(ch) else ch for ch in text)
 
@@ -78,6 +114,6 @@ def dumps(data: Any, **kwargs: Any) -> str:
     escape means the same character, so the document parses to the same value.
     """
     text = json.dumps(data, ensure_ascii=False, **kwargs)
-    if text.isascii():
+    if text.isascii() or plain(text):
         return text  # json already escaped the ASCII controls
     return "".join(_escape(ch) if not ch.isascii() and hidden(ch) else ch for ch in text)

@@ -101,3 +101,45 @@ def test_inline_collapses_and_strips() -> None:
     """inline() is the one flattening rule."""
     assert inline("a\n\n b\u2028c\u200bd") == "a b cd"
     assert inline("  ## x ") == "## x"
+
+
+def test_the_plain_text_shortcut_changes_nothing() -> None:
+    """inline, visible and dumps skip the character loop when ``plain`` says nothing is
+    hidden; on random texts from every kind of character they must give what the loop
+    gives (the loop being the definition)."""
+    import json
+    import random
+
+    from gitstate.textsafe import dumps, hidden, inline, plain, visible
+
+    pool = ["a", " ", "  ", "停損", "跌破", "「", "）", "·", "\u3000", "\u00a0", "\u00ad",
+            "\u200b", "\u202e", "\u2028", "\u2029", "\u3164", "\uffa0", "\u115f", "\ufe00",
+            "\ufe0f", "\U000e0100", "😀", "\ud800", "\x00", "\t", "\n", "\x7f", "\x85",
+            "\ue000", "\U0010ffff", "\u0378", "é"]
+    rng = random.Random(2026)
+
+    def loop_inline(text: str) -> str:
+        out = []
+        for ch in text:
+            if ch.isspace() or (ch.isascii() and hidden(ch)):
+                out.append(" ")
+            elif not hidden(ch):
+                out.append(ch)
+        return " ".join("".join(out).split())
+
+    def escape(ch: str) -> str:
+        code = ord(ch)
+        if code > 0xFFFF:
+            code -= 0x10000
+            return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+        return f"\\u{code:04x}"
+
+    for _ in range(3000):
+        text = "".join(rng.choice(pool) for _ in range(rng.randint(0, 12)))
+        if plain(text):
+            assert not any(hidden(ch) for ch in text), ascii(text)
+        assert inline(text) == loop_inline(text), ascii(text)
+        assert visible(text) == "".join(escape(ch) if hidden(ch) else ch for ch in text)
+        raw = json.dumps({"v": text}, ensure_ascii=False)
+        assert dumps({"v": text}) == "".join(
+            escape(ch) if not ch.isascii() and hidden(ch) else ch for ch in raw), ascii(text)
