@@ -41,9 +41,14 @@ YEAR_MIN, YEAR_MAX = 1970, 9000  # far from datetime's edges, where arithmetic o
 
 def parse_time(text: str) -> datetime:
     """Parse a stored or user-given ISO 8601 time; naive input is taken as UTC. Any text
-    that is not such a time, or a year outside 1970-9000, raises ValueError."""
+    that is not such a time, or a year outside 1970-9000, raises ValueError. (A render
+    reads each stored time three times; datetimes are immutable, so each text is parsed
+    once.)"""
     if not isinstance(text, str) or len(text) > 64:
         raise ValueError("not an ISO 8601 time")
+    known = _PARSED.get(text)
+    if known is not None:
+        return known
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
         if moment.tzinfo is None:
@@ -53,7 +58,13 @@ def parse_time(text: str) -> datetime:
         raise ValueError(f"{text!r} is out of range") from exc
     if not YEAR_MIN <= moment.year < YEAR_MAX:
         raise ValueError(f"{text!r}: only years {YEAR_MIN} to {YEAR_MAX - 1} are accepted")
+    if len(_PARSED) >= 4096:
+        _PARSED.clear()
+    _PARSED[text] = moment
     return moment
+
+
+_PARSED: dict[str, datetime] = {}
 
 
 def canonical_text(value: Value | None) -> str:
