@@ -10,6 +10,12 @@ from __future__ import annotations
 
 import os
 
+try:  # the builtin module imports in microseconds; hashlib loads OpenSSL (~3 ms)
+    from _sha1 import sha1 as _sha1  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - other Python implementations
+    from hashlib import sha1 as _sha1
+
+from .layout import CONFIG_CACHE_FILE, STATE_DIR
 from .layout import CONFIG_FILE as CONFIG_FILE  # re-exported for callers
 from .timebase import UTC, datetime, tzinfo
 
@@ -105,13 +111,65 @@ def load_config(agent_dir: str | os.PathLike[str]) -> Config:
                      "config.toml must be a plain file", rule="config.not_regular") from exc
     except OSError as exc:
         raise _error(f"cannot read {path}: {exc}", rule="config.unreadable") from exc
-    import tomllib  # only when there is a file to read
+    cache = os.path.join(agent_dir, STATE_DIR, ".git", CONFIG_CACHE_FILE)
+    key = _sha1(data).hexdigest()
+    raw = _cached(cache, key)
+    if raw is None:
+        import tomllib  # only for a config.toml not seen before
+
+        try:
+            raw = tomllib.loads(data.decode("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
+            raise _error(f"{path} is not valid TOML: {exc}", rule="config.syntax") from exc
+        _remember(cache, key, raw)
+    return config_from_dict(raw, source=str(path))
+
+
+def _cached(cache: str, key: str) -> dict[str, Any] | None:
+    """config.toml as parsed before, when the cache names these very bytes (their SHA-1):
+    tomllib costs 6-7 ms to import, and every wake-up reads config.toml. Whatever the cache
+    holds is validated again by config_from_dict, like a fresh parse."""
+    import json
+
+    from .safefile import read_regular
 
     try:
-        raw = tomllib.loads(data.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise _error(f"{path} is not valid TOML: {exc}", rule="config.syntax") from exc
-    return config_from_dict(raw, source=str(path))
+        entry = json.loads(read_regular(cache, 1 << 20))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(entry, dict) or entry.get("sha1") != key or \
+            not isinstance(entry.get("raw"), dict):
+        return None
+    raw: dict[str, Any] = entry["raw"]
+    return raw
+
+
+def _remember(cache: str, key: str, raw: dict[str, Any]) -> None:
+    """Keep the parse for the next wake-up: a temporary file renamed over the cache, never
+    flushed (it is re-derived from config.toml), never through a symlink; skipped when the
+    repository is absent or read-only, or the TOML holds what JSON cannot (dates)."""
+    import json
+
+    if not os.path.isdir(os.path.dirname(cache)):
+        return
+    try:
+        text = json.dumps({"sha1": key, "raw": raw}, sort_keys=True)
+    except (TypeError, ValueError, RecursionError):  # dates; tables nested too deep
+        return
+    folder, name = os.path.split(cache)
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+        os.replace(tmp, cache)
+    except OSError:
+        import contextlib  # only on this rare path: the wake-up path does not load it
+
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def config_from_dict(raw: dict[str, Any], *, source: str = "config") -> Config:

@@ -37,6 +37,7 @@ LOCK_FILE = "gitstate.lock"  # the kernel write lock (flock)
 REPACK_LOCK_FILE = "gitstate-repack.flock"  # one pack consolidation at a time (a flock)
 STAMP_FILE = "gitstate-stamp"  # what the render fast path checks (format below)
 SCHEMA_CACHE_FILE = "gitstate-schema.json"  # the compiled schema, for the wake-up path
+CONFIG_CACHE_FILE = "gitstate-config.json"  # config.toml parsed, keyed by its SHA-1 (config.py)
 WRITING_FILE = "gitstate-writing"  # a write in progress; left behind only by a killed one
 PID_FILE = "gitstate-gc.pid"  # the running maintenance process
 GC_LOG_FILE = "gitstate-gc.log"  # what the last automatic maintenance run printed

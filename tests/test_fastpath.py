@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,34 @@ def _modules_after(args: list[str], agent_dir: Path) -> set[str]:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, input="")
     return set(out.stdout.split())
+
+
+def test_the_wake_up_path_imports_no_pathlib_typing_or_datetime_py(tmp_path: Path) -> None:
+    """Without site (an editable install's import finder loads pathlib and typing before
+    any gitstate code) and with gitstate from the source tree, as an install loads it: the
+    plain render and hooks import neither pathlib, typing, dataclasses, tomllib (config.toml
+    is read from its cache after the first parse) nor the pure-Python half of datetime
+    (each a millisecond or more of every wake-up). A configured time zone still loads
+    zoneinfo (docs/performance.md)."""
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    (agent / "config.toml").write_text('[gitstate]\nlocale = "en"\n', encoding="utf-8")
+    with StateRepo.init(agent) as repo:
+        repo.set("k", 1, "r")
+    root = Path(__file__).resolve().parent.parent
+    unwanted = {"pathlib", "typing", "dataclasses", "datetime", "tomllib"}
+    run_cli("render", agent_dir=agent)  # the first wake-up after a config change parses it
+    for args in (["render"], ["hook", "claude-code"], ["hook", "plain"]):
+        code = ("import sys, io\nfrom gitstate.__main__ import main\n"
+                "sys.stdout = io.StringIO()\n"
+                f"main({['--agent-dir', str(agent), *args]!r})\n"
+                "sys.__stdout__.write(' '.join(sys.modules))\n")
+        out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True,
+                             text=True, check=True, input="",
+                             env={**os.environ, "PYTHONPATH": str(root)})
+        loaded = set(out.stdout.split())
+        assert "gitstate.fastpath" in loaded and "gitstate.store" not in loaded, args
+        assert not loaded & unwanted, (args, loaded & unwanted)
 
 
 def test_render_and_hooks_import_no_heavy_modules(repo: StateRepo) -> None:
