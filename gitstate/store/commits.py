@@ -54,13 +54,10 @@ class CommitOps(RepoBase):
         objects, new_id, ids = self._serialize(base, files, message, identity, when,
                                                tz_offset, None)
         name, pack, index = packwrite.build_raw(objects, self.repo.object_store.object_format)
-        lock = self._lock_ref(ref)
+        lock = self._lock_and_compare(ref, base, new_id)
+        if lock is None:
+            return None
         try:
-            faults.hit("ref.locked")
-            if self.ref(ref) != base:
-                self._drop_lock(lock)
-                return None
-            os.write(lock.fd, new_id.encode() + b"\n")
             staged = packwrite.stage(self.pack_dir, pack, index)
             try:
                 self.flush.data_all([*staged.fds, lock.fd])
@@ -135,13 +132,10 @@ class CommitOps(RepoBase):
             old_id = ObjectID(old.encode()) if old else ZERO
             return bool(self._stale_lock_safe(
                 lambda: self.repo.refs.remove_if_equals(ref, old_id)))
-        lock = self._lock_ref(name)
+        lock = self._lock_and_compare(name, old, new)
+        if lock is None:
+            return False
         try:
-            faults.hit("ref.locked")
-            if self.ref(name) != old:
-                self._drop_lock(lock)
-                return False
-            os.write(lock.fd, new.encode() + b"\n")
             self.flush.data(lock.fd)
             faults.hit("ref.written")
         except BaseException:
@@ -149,6 +143,21 @@ class CommitOps(RepoBase):
             raise
         self._rename_ref(lock)
         return True
+
+    def _lock_and_compare(self, name: str, old: str | None, new: str) -> _RefLock | None:
+        """The ref's lock with the new id written in it (not flushed), or None (the lock
+        dropped) when the ref no longer equals ``old``: the compare of compare-and-swap."""
+        lock = self._lock_ref(name)
+        try:
+            faults.hit("ref.locked")
+            if self.ref(name) != old:
+                self._drop_lock(lock)
+                return None
+            os.write(lock.fd, new.encode() + b"\n")
+        except BaseException:
+            self._drop_lock(lock)
+            raise
+        return lock
 
     def _lock_ref(self, name: str) -> _RefLock:
         """git's ``<ref>.lock``, made with O_EXCL so that plain git and gitstate exclude each
