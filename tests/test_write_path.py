@@ -307,3 +307,22 @@ def test_the_fast_ref_read_agrees_with_dulwich_on_crafted_refs(tmp_path: Path) -
                 got = None
             assert got == expected, name
         assert repo.store.ref("refs/heads/sym") == head
+
+
+def test_a_fifo_or_device_in_a_ref_s_place_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """A FIFO planted as a ref (or behind a symlinked ref), or /dev/zero linked in, would
+    block or never end a read: store.ref refuses it at once with a named rule, in a child
+    process bounded by a timeout so that a regression fails instead of hanging."""
+    with StateRepo.init(tmp_path / "a") as repo:
+        heads = repo.state_dir / ".git" / "refs" / "heads"
+        os.mkfifo(heads / "fifo")
+        (heads / "link").symlink_to(heads / "fifo")
+        (heads / "zero").symlink_to("/dev/zero")
+        code = ("import sys\nfrom gitstate.repo import StateRepo\nfrom gitstate.errors import "
+                "StoreError\nr = StateRepo(sys.argv[1])\nfor n in ('fifo', 'link', 'zero'):\n"
+                "    try:\n        r.store.ref('refs/heads/' + n)\n"
+                "    except StoreError as e:\n        print(e.rule)\n")
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "a")],
+                             capture_output=True, text=True, timeout=30, check=True)
+        assert out.stdout.split() == ["store.bad_ref"] * 3
+        assert repo.store.ref("refs/heads/main") == repo.head()

@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -38,6 +39,13 @@ ObjT = TypeVar("ObjT", bound=ShaFile)
 # these are read by the fast path below; anything else goes through dulwich's checks
 _OWN_REF = re.compile(r"refs/[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*")
 _REF_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _refuse_special(name: str, mode: int) -> None:
+    if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        raise StoreError(f"{name} is not a regular file (a FIFO, device or socket was put "
+                         "in its place); remove it, then run `gitstate verify`",
+                         rule="store.bad_ref")
 
 
 @dataclass(frozen=True)
@@ -322,21 +330,32 @@ class RepoBase:
         """The commit a ref names, or None. A write reads a ref three times (recovery, the
         base, the compare-and-swap), so a loose ref file holding a plain object id is read
         directly (one open and read, no symlink followed); anything else (a packed ref, a
-        symbolic ref, a symlink, an odd name) goes through dulwich."""
-        if _OWN_REF.fullmatch(name) and not name.endswith(".lock") and ".." not in name:
+        symbolic ref, a symlink, an odd name) goes through dulwich. A FIFO, device or
+        socket in a ref's place (itself or behind a symlink) is refused before dulwich
+        opens it: its read would block or never end."""
+        path = f"{self.git_path}/{name}"
+        if ".." not in name:
             try:
-                fd = os.open(f"{self.git_path}/{name}", _REF_FLAGS)
+                fd = os.open(path, _REF_FLAGS)
+            except FileNotFoundError:
+                fd = -1  # no loose ref: perhaps a packed one
             except OSError:
-                fd = -1
+                fd = -2  # a symlink (O_NOFOLLOW), or a FIFO with no writer (ENXIO)
             if fd >= 0:
                 try:
-                    data = os.read(fd, 72)
+                    mode = os.fstat(fd).st_mode
+                    data = os.read(fd, 72) if stat.S_ISREG(mode) else b""
                 finally:
                     os.close(fd)
+                _refuse_special(name, mode)
                 value = data[:-1]
-                if data[-1:] == b"\n" and len(value) in (40, 64) and \
+                if _OWN_REF.fullmatch(name) and not name.endswith(".lock") and \
+                        data[-1:] == b"\n" and len(value) in (40, 64) and \
                         value.strip(b"0123456789abcdef") == b"":
                     return value.decode()
+            elif fd == -2:
+                with contextlib.suppress(OSError):
+                    _refuse_special(name, os.stat(path).st_mode)  # what a symlink names
         try:
             return self.repo.refs[Ref(name.encode())].decode()
         except KeyError:
