@@ -176,3 +176,16 @@ async def test_mcp_server_advertises_the_generated_schemas(tmp_path: Path) -> No
             assert listed[tool] == schemas[kind]
             result = await client.call_tool(tool, args)
             jsonschema.validate(result.structured_content, listed[tool])
+
+
+def test_each_extra_installs_what_its_docs_import() -> None:
+    """`pip install 'gitstate[langgraph]'` brings langgraph itself (the docs' example
+    imports langgraph.graph), and the mcp extra the SDK."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    names = {extra: {r.split(">")[0].split("=")[0].split("[")[0].strip() for r in reqs}
+             for extra, reqs in extras.items()}
+    assert {"langgraph", "langgraph-checkpoint"} <= names["langgraph"]
+    assert "mcp" in names["mcp"]

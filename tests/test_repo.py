@@ -255,3 +255,69 @@ def test_refused_calls_change_no_file(repo: StateRepo) -> None:
         with pytest.raises(InvalidInput.__mro__[1]):  # Refused
             call()
         assert _snapshot(repo) == before
+
+
+FORGETFUL = """
+import sys
+from gitstate import StateRepo
+repo = StateRepo.init(sys.argv[1])
+for i in range(6):
+    repo.set(f"k{i}", i, "r")
+    StateRepo(sys.argv[1]).get()   # six more, never closed
+print("done")
+"""
+
+FORGETFUL_SAVER = """
+import sys
+from typing import TypedDict
+from langgraph.graph import END, START, StateGraph
+from gitstate.langgraph import GitCheckpointSaver
+
+class S(TypedDict):
+    n: int
+
+graph = StateGraph(S)
+graph.add_node("inc", lambda s: {"n": s["n"] + 1})
+graph.add_edge(START, "inc")
+graph.add_edge("inc", END)
+app = graph.compile(checkpointer=GitCheckpointSaver(sys.argv[1]))   # never closed
+for i in range(12):
+    app.invoke({"n": i}, {"configurable": {"thread_id": f"t{i % 3}"}})
+print("done")
+"""
+
+
+@pytest.mark.parametrize("script", [FORGETFUL, FORGETFUL_SAVER], ids=["repo", "saver"])
+def test_a_script_that_never_closes_prints_nothing_at_exit(tmp_path: Path, script: str) -> None:
+    """Repositories and checkpointers left open release their dulwich files at exit,
+    silently (no "Exception ignored" or ResourceWarning on stderr)."""
+    import subprocess
+    import sys
+
+    if script is FORGETFUL_SAVER:
+        pytest.importorskip("langgraph.graph")
+    out = subprocess.run([sys.executable, "-W", "always::ResourceWarning", "-c", script,
+                          str(tmp_path / "agent")], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "done\n", "")
+
+
+def test_close_releases_the_packs_at_once(repo: StateRepo) -> None:
+    """close() releases dulwich's open pack files then and there, and twice is harmless."""
+    import os
+
+    repo.set("a", 1, "r")
+    repo.get()
+    def fds() -> set[str]:
+        names = set()
+        for n in os.listdir("/proc/self/fd"):
+            try:
+                names.add(os.readlink(f"/proc/self/fd/{n}"))
+            except OSError:
+                continue  # the listing's own descriptor, closed by now
+        return names
+
+    assert any(str(repo.state_dir) in p for p in fds())
+    repo.close()
+    repo.close()
+    assert not any(str(repo.state_dir / ".git" / "objects") in p for p in fds())

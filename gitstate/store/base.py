@@ -9,6 +9,7 @@ import re
 import shutil
 import stat
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Self, TypeVar
 
 from dulwich.errors import NotGitRepository
 from dulwich.file import FileLocked
+from dulwich.object_store import BaseObjectStore
 from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree
 from dulwich.refs import Ref
 from dulwich.repo import Repo
@@ -46,6 +48,28 @@ def _refuse_special(name: str, mode: int) -> None:
         raise StoreError(f"{name} is not a regular file (a FIFO, device or socket was put "
                          "in its place); remove it, then run `gitstate verify`",
                          rule="store.bad_ref")
+
+
+def release_at_exit(owner: object, close: Callable[..., object],
+                    *args: object) -> Callable[[], object]:
+    """The one way an object holding dulwich handles (a repository, packs) makes sure
+    they are released exactly once: call the returned function to release them now; if
+    the owner is collected or the interpreter exits first, they are released then,
+    silently, before modules are torn down."""
+    finalizer = weakref.finalize(owner, close, *args)
+
+    def release() -> object:
+        return finalizer()
+
+    return release
+
+
+def _close_repo(repo: Repo, stores: list[BaseObjectStore]) -> None:
+    for store in stores:
+        with contextlib.suppress(Exception):
+            store.close()
+    with contextlib.suppress(Exception):
+        repo.close()
 
 
 @dataclass(frozen=True)
@@ -89,6 +113,12 @@ class RepoBase:
         # dulwich leaves loose objects un-fsynced by default (invariant 4); its own writes
         # (fetched objects) keep that, gitstate's commits go through packwrite and `flush`
         self.repo.object_store.fsync_object_files = True
+        # dulwich's packs and indexes warn from __del__ when left open, and at interpreter
+        # exit that warning itself fails ("sys.meta_path is None"): the handles are
+        # released by close(), or by this finalizer when the owner forgets (it runs at
+        # garbage collection or in atexit, while modules still exist)
+        self._stores: list[BaseObjectStore] = [self.repo.object_store]
+        self._release = release_at_exit(self, _close_repo, self.repo, self._stores)
         self.flush: Flush = Flush()  # strict until the owner picks a mode (set_durability)
         # commit id -> (parent ids, file name -> blob id): commits are immutable, so the few
         # most recent ones are kept to spare re-reading objects on every write.
@@ -110,7 +140,9 @@ class RepoBase:
         (GIT_OBJECT_DIRECTORY): read from it first, then from the repository."""
         from dulwich.object_store import DiskObjectStore, OverlayObjectStore
 
-        overlay = OverlayObjectStore([DiskObjectStore(object_dir), self.repo.object_store])
+        quarantine = DiskObjectStore(object_dir)
+        self._stores.append(quarantine)
+        overlay = OverlayObjectStore([quarantine, self.repo.object_store])
         self.repo.object_store = overlay  # type: ignore[assignment]
 
     # -- creation -------------------------------------------------------------------------
@@ -143,7 +175,8 @@ class RepoBase:
         return store
 
     def close(self) -> None:
-        self.repo.close()
+        """Release every file dulwich holds open (idempotent)."""
+        self._release()
 
     # -- locking --------------------------------------------------------------------------
 
