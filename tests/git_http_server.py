@@ -1,19 +1,27 @@
 """A smart-HTTP git server for the tests: `git http-backend` behind a tiny HTTP server on
 127.0.0.1. With --die-on-push it exits abruptly half-way through reading a push; with
---tls CERT KEY it serves https."""
+--tls CERT KEY it serves https. Hostile modes: --advertise JSON adds ``{name: id}`` refs to
+the upload-pack advertisement (any bytes as names, served like real refs:
+tests/hostile_git_server.py's rewrite); --stall accepts every request and never answers."""
 
 from __future__ import annotations
 
+import json
 import os
 import ssl
 import subprocess
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import ClassVar
 
 
 class Handler(BaseHTTPRequestHandler):
     root = ""
     die_on_push = False
+    advertise: ClassVar[dict[str, str]] = {}
+    stall = False
 
     def log_message(self, *args: object) -> None:
         pass
@@ -31,6 +39,8 @@ class Handler(BaseHTTPRequestHandler):
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
     def _cgi(self, method: str) -> None:
+        if self.stall:
+            threading.Event().wait()
         path, _, query = self.path.partition("?")
         body = self._body() if method == "POST" else b""
         if self.die_on_push and path.endswith("git-receive-pack"):
@@ -41,9 +51,14 @@ class Handler(BaseHTTPRequestHandler):
                "CONTENT_LENGTH": str(len(body)), "REMOTE_USER": "test",
                "REMOTE_ADDR": "127.0.0.1", "PATH": os.environ.get("PATH", ""),
                "HOME": self.root, "GIT_CONFIG_NOSYSTEM": "1"}
+        if self.advertise:  # a forged name must be fetchable like a real ref
+            env.update({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0":
+                        "uploadpack.allowAnySHA1InWant", "GIT_CONFIG_VALUE_0": "true"})
         out = subprocess.run(["git", "http-backend"], input=body, env=env,
                              capture_output=True, check=False).stdout
         head, _, payload = out.partition(b"\r\n\r\n")
+        if self.advertise and query == "service=git-upload-pack":
+            payload = _forge(payload, self.advertise)
         status = 200
         headers = []
         for line in head.split(b"\r\n"):
@@ -66,9 +81,34 @@ class Handler(BaseHTTPRequestHandler):
         self._cgi("POST")
 
 
+def _forge(payload: bytes, extra: dict[str, str]) -> bytes:
+    """The smart-HTTP advertisement (``# service=`` line, flush, refs, flush) with ``extra``
+    refs added."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.hostile_git_server import edit_advertisement, pkt, read_pkt
+
+    at = 0
+
+    def read(n: int) -> bytes:
+        nonlocal at
+        at += n
+        return payload[at - n:at]
+
+    service = read_pkt(read)
+    read_pkt(read)  # the flush after it
+    lines = []
+    while (line := read_pkt(read)) is not None:
+        lines.append(line)
+    return pkt(service) + pkt(None) + edit_advertisement(
+        lines, {n.encode(): s.encode() for n, s in extra.items()})
+
+
 def main() -> None:
     Handler.root = sys.argv[1]
     Handler.die_on_push = "--die-on-push" in sys.argv
+    Handler.stall = "--stall" in sys.argv
+    if "--advertise" in sys.argv:
+        Handler.advertise = json.loads(sys.argv[sys.argv.index("--advertise") + 1])
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     if "--tls" in sys.argv:
         cert, key = sys.argv[sys.argv.index("--tls") + 1:][:2]
