@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from . import rules
+from . import rules, secretscan
 from .config import Config
 from .errors import (
     CasMismatch,
@@ -25,7 +25,6 @@ from .errors import (
 from .model import Entry, State, Value, display_value, values_match
 from .redact import is_redacted
 from .render import section_chars, section_chars_bound, section_key_bytes
-from .values import join
 
 if TYPE_CHECKING:
     from .schema import Schema
@@ -71,10 +70,15 @@ def whole_state(before: State, after: State, now: datetime, config: Config,
     _injection(before, after, now, config, schema)
 
 
+SPLIT_WINDOW = 1024  # characters on each side of a changed key: longer than any token
+
+
 def _secrets(after: State, changed: list[str], schema: Schema | None) -> None:
-    """No value that looks like a secret is committed (rules.check_secret), unless its key's
+    """No value that looks like a secret is committed (secretscan.find: every string of it,
+    the names inside a structure, a secret split across its strings), unless its key's
     schema declaration allows it (``secrets: allow``) or, ``sensitive: refuse``, no value
-    of the key may be stored at all."""
+    of the key may be stored at all; nor one split across adjacent keys' values."""
+    scanned: set[str] = set()
     for key in changed:
         entry = after.keys.get(key)
         if entry is None:
@@ -92,18 +96,54 @@ def _secrets(after: State, changed: list[str], schema: Schema | None) -> None:
             continue
         if spec is not None and spec.secrets == "allow":
             continue
-        for path, text in _strings(entry.value, key):
-            rules.check_secret(text, path, path)
+        found = secretscan.find(entry.value, key)
+        if found is not None:
+            rules.refuse_secret(found[0], found[1], found[0])
+        scanned.add(key)
+    if scanned:
+        _split_across_keys(after, scanned, schema)
 
 
-def _strings(value: object, path: str) -> list[tuple[str, str]]:
-    if isinstance(value, str):
-        return [(path, value)]
-    if isinstance(value, list):
-        return [s for i, v in enumerate(value) for s in _strings(v, join(path, i))]
-    if isinstance(value, dict):
-        return [s for k, v in value.items() for s in _strings(v, join(path, k))]
-    return []
+def _split_across_keys(after: State, changed: set[str], schema: Schema | None) -> None:
+    """A token cut in two and stored under two adjacent keys (in working_state.json's
+    order) is refused like the whole token, when one of the keys is being changed."""
+    names: list[str] = []
+    parts: list[str] = []
+    for key in sorted(after.keys):
+        spec = schema.spec(key) if schema is not None else None
+        if spec is not None and (spec.secrets == "allow" or spec.sensitive is not None):
+            names.append(key)
+            parts.append("\0")  # a key the scan skips still separates its neighbours
+            continue
+        for _, text in secretscan.strings(after.keys[key].value, key):
+            names.append(key)
+            parts.append(text)
+    near = [False] * len(parts)  # the changed keys' texts and SPLIT_WINDOW around them
+    for i, name in enumerate(names):
+        if name in changed:
+            near[i] = True
+            for step in (-1, 1):
+                j, seen = i + step, 0
+                while 0 <= j < len(parts) and seen < SPLIT_WINDOW:
+                    near[j] = True
+                    seen += len(parts[j])
+                    j += step
+    i = 0
+    while i < len(parts):
+        if not near[i]:
+            i += 1
+            continue
+        j = i
+        while j < len(parts) and near[j]:
+            j += 1
+        split = secretscan.scan_parts(parts[i:j])
+        if split is not None:
+            first, last, found = split
+            keys = sorted(set(names[i + first:i + last + 1]))
+            if not changed.isdisjoint(keys):  # else stored before this rule
+                rules.refuse_secret(f"the values of {', '.join(keys)} together", found,
+                                    keys[-1])
+        i = j
 
 
 def _schema(schema: Schema, before: State, after: State, changed: list[str],

@@ -125,9 +125,11 @@ class Ledger:
               owner: str | None = None, budget: dict[str, Any] | None = None,
               reason: str, request_id: str | None = None) -> RunView:
         """goal_created: the run's first commit (refused when the run exists)."""
-        from .rules import check_reason
+        from .rules import check_reason, check_request_id
 
         reason = check_reason(reason)
+        if request_id is not None:
+            check_request_id(request_id)
         now = self._now()
         run = runs.new_run(run_id, description=description, criteria=list(criteria),
                            constraints=list(constraints or []), risk=risk,
@@ -149,9 +151,11 @@ class Ledger:
     def event(self, run_id: str, event: dict[str, Any], reason: str, *,
               writer: str | None = None, request_id: str | None = None) -> RunView:
         """Apply one event (one commit), as ``writer`` (the repository's by default)."""
-        from .rules import check_reason
+        from .rules import check_reason, check_request_id
 
         reason = check_reason(reason)
+        if request_id is not None:
+            check_request_id(request_id)
         who = writer or self.writer
         with self._lock(run_id):
             earlier = self._replayed(run_id, request_id)

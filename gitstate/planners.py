@@ -161,8 +161,28 @@ def observation_reason(kind: str, payload: dict[str, Any]) -> str:
                                                  sort_keys=True)[:200]
 
 
+def _schema_secrets(text: str) -> None:
+    """Every name and value of schema.yaml (descriptions, defaults, enum members) and
+    every comment is scanned: they are committed like a value. Not the raw text, whose
+    YAML (``token: {type: string}``) reads as an assignment."""
+    from . import secretscan
+    from .schema import load_yaml
+
+    found = secretscan.find(load_yaml(text), "schema.yaml")
+    if found is not None:
+        rules.refuse_secret(found[0], found[1], found[0])
+    for n, line in enumerate(text.splitlines(), 1):
+        mark = line.find("#")
+        while mark > 0 and not line[mark - 1].isspace():
+            mark = line.find("#", mark + 1)
+        if mark >= 0:
+            rules.check_secret(line[mark + 1:], f"schema.yaml's comment on line {n}")
+
+
 def plan_schema(base: Base, schema: Schema, text: str, *, reason: str, actor: str) -> Plan:
-    """A new schema.yaml: its version must grow and the live state must satisfy it."""
+    """A new schema.yaml: its version must grow, it holds no secret (a description, a
+    default or a comment is committed like a value), and the live state must satisfy it."""
+    _schema_secrets(text)
     current = base.schema
     if current is not None and schema.version <= current.version:
         raise InvalidInput(f"schema version must increase: HEAD has {current.version}, "

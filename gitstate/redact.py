@@ -20,8 +20,9 @@ import hmac
 import os
 import re
 from pathlib import Path
+from typing import Any
 
-from . import safefile
+from . import safefile, secretscan
 from .model import Value, canonical_text
 
 PREFIX = "redacted:hmac-sha256:"
@@ -63,3 +64,10 @@ def redact(value: Value, key: bytes) -> str:
         return str(value)  # already a hash: never hash twice
     digest = hmac.new(key, canonical_text(value).encode("utf-8"), hashlib.sha256).hexdigest()
     return PREFIX + digest
+
+
+def redact_secrets(value: Any, key: bytes) -> Any:
+    """``value`` (any JSON-like structure: dicts, lists, tuples, strings) with every string
+    that trips the secret scan replaced by its keyed hash, as ``sensitive: redact`` stores a
+    value: for a writer that must keep going rather than refuse (docs/security.md)."""
+    return secretscan.replace(value, lambda text: redact(text, key))

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import locking
+from . import locking, secretscan
 from .errors import Refused
 from .trailers import encode_json
 
@@ -56,17 +56,26 @@ def _clip(value: Any) -> Any:
     return value if len(text) <= _TEXT_MAX else {"clipped": text[:_TEXT_MAX]}
 
 
+def withhold(name: str, fields: dict[str, Any]) -> Any:
+    """A field of a record as it may enter history: a value refused as a secret (or for a
+    sensitive key) is withheld, and so is any field that trips the scan whatever rule
+    refused the write (a reserved key, a stale compare-and-swap, a value too long): the
+    record keeps that it was tried, where and why, never the text. Scanned whole, before
+    any clipping, so that no part of a token is kept either."""
+    value = fields.get(name)
+    if value is None or name in ("time", "rule"):
+        return value
+    if name in ("attempted", "expected") and str(fields.get("rule") or "").startswith(
+            "secret."):
+        return WITHHELD
+    return WITHHELD if secretscan.find(value) is not None else value
+
+
 def record(store: GitStore, identity: bytes, **fields: Any) -> str | None:
     """Append one refusal; returns its commit (None when it could not be written)."""
     if os.environ.get(_BASELINE_ENV):  # bench/refusal_storm.py's baseline: no journal
         return None
-    if str(fields.get("rule") or "").startswith("secret."):
-        # a value refused as a secret (or for a sensitive key) never enters history, not
-        # even here: the record keeps that it was tried, where and why, never the text
-        for name in ("attempted", "expected"):
-            if fields.get(name) is not None:
-                fields[name] = WITHHELD
-    entry = {name: _clip(fields.get(name)) for name in FIELDS}
+    entry = {name: _clip(withhold(name, fields)) for name in FIELDS}
     entry["time"] = entry["time"] or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     try:
         with locking.exclusive(store.git_dir / "gitstate-refusals.flock"):

@@ -9,10 +9,11 @@ import json
 from datetime import datetime
 from typing import Any
 
-from .errors import InvalidInput, Refused
+from .errors import Refused
 from .model import State
 from .reader import StateReader
 from .results import WriteResult
+from .rules import check_request_id
 
 REQUEST_WINDOW = 1000  # how many recent commits a request id is remembered for
 
@@ -21,10 +22,7 @@ def fingerprint(request_id: str | None, *args: Any) -> dict[str, str] | None:
     """The request trailer: the caller's id and a hash of the call's arguments."""
     if request_id is None:
         return None
-    if not isinstance(request_id, str) or not 1 <= len(request_id) <= 128 or any(
-            c.isspace() or not c.isprintable() for c in request_id):
-        raise InvalidInput("request_id must be 1-128 printable characters without spaces",
-                           rule="request.id")
+    request_id = check_request_id(request_id)
     canonical = json.dumps(args, sort_keys=True, ensure_ascii=True, default=str)
     return {"id": request_id, "args": hashlib.sha256(canonical.encode()).hexdigest()[:16]}
 

@@ -12,7 +12,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import cast
+from typing import NoReturn, cast
 
 from . import secretscan, values
 from .errors import HandoffTooLarge, InvalidInput
@@ -22,6 +22,7 @@ KEY_MAX = 128
 VALUE_MAX_CHARS = 1000
 REASON_MAX_CHARS = 4000
 ACTOR_MAX = 64
+REQUEST_ID_MAX = 128
 TTL_MAX_HOURS = 24 * 366
 TEXT_INPUT_MAX_CHARS = 1 << 20  # any single text input, before collapsing or cutting
 INT_LIMIT = 2**53  # JSON numbers beyond this lose precision in most readers
@@ -48,6 +49,7 @@ def check_key(key: object) -> str:
     if ".." in key or key.endswith("."):
         raise InvalidInput(f"key {key!r} must not contain '..' or end with '.'",
                            rule="key.dots")
+    check_secret(key, "the key name")  # a name is in every commit's tree and trailers
     return key
 
 
@@ -190,8 +192,12 @@ def check_secret(text: str, where: str, path: str | None = None) -> None:
     """Refuse ``text`` when it looks like it holds a secret (secretscan.py), naming the kind
     and where, never echoing it: git cannot forget a commit."""
     found = secretscan.scan(text)
-    if found is None:
-        return
+    if found is not None:
+        refuse_secret(where, found, path)
+
+
+def refuse_secret(where: str, found: secretscan.Finding, path: str | None = None) -> NoReturn:
+    """The refusal of a suspected secret: its kind and where, never the text itself."""
     details = {"path": path} if path else {}
     raise InvalidInput(
         f"{where} looks like it holds {found.label} (characters {found.start + 1}-{found.end}); "
@@ -225,7 +231,18 @@ def check_actor(actor: object) -> str:
             "actor must be 1-64 characters of ASCII letters, digits and '._:@-'",
             rule="actor.charset",
         )
+    check_secret(actor, "the actor")
     return actor
+
+
+def check_request_id(request_id: object) -> str:
+    """A caller's request id travels in a trailer: printable, no spaces, no secret."""
+    if not isinstance(request_id, str) or not 1 <= len(request_id) <= REQUEST_ID_MAX or any(
+            c.isspace() or not c.isprintable() for c in request_id):
+        raise InvalidInput(f"request_id must be 1-{REQUEST_ID_MAX} printable characters "
+                           "without spaces", rule="request.id")
+    check_secret(request_id, "the request id")
+    return request_id
 
 
 def check_ttl(ttl_hours: object) -> float | None:

@@ -103,7 +103,10 @@ def _text(value: object, where: str) -> str:
 def new_run(run_id: str, *, description: str, criteria: list[str], constraints: list[str],
             risk: str, owner: str, now: datetime, budget: dict[str, Any]) -> dict[str, Any]:
     """The run as ``goal_created`` makes it."""
+    from .rules import check_secret
+
     check_run_id(run_id)
+    check_secret(run_id, "the run id")  # it becomes a ref name, pushed with the run
     if risk not in RISKS:
         raise _refuse("invalid", f"risk must be one of {', '.join(RISKS)}")
     if not criteria:

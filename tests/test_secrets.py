@@ -157,3 +157,114 @@ def test_a_raw_value_on_a_redacted_key_is_refused(repo: StateRepo) -> None:
     with pytest.raises(InvalidInput) as exc:
         checks.whole_state(before, after, repo.now(), repo.config, schema, None)
     assert exc.value.rule == "secret.not_redacted"
+
+
+# -- every text that reaches an object or a ref name ------------------------------------
+
+GH = TRUE["github_token"]
+
+
+def _hex_token(rng_seed: int, length: int) -> str:
+    import random
+    import string
+
+    rng = random.Random(rng_seed)
+    alphabet = string.ascii_letters + string.digits + "!#%&*+-"
+    return "".join(rng.choice(alphabet) for _ in range(length)).encode().hex()
+
+
+def test_hex_encoded_tokens_of_any_length_are_refused(repo: StateRepo) -> None:
+    """A token hex-encoded (a known format, or random text from 8 characters) is refused;
+    digests, which decode to bytes that are not text, and hex-encoded words pass."""
+    import hashlib
+
+    for hexed in (GH.encode().hex(), GH.encode().hex().upper(), _hex_token(1, 8),
+                  _hex_token(2, 24), _hex_token(3, 200), GH.encode().hex().encode().hex()):
+        found = scan(f"payload {hexed} end")
+        assert found is not None and found.kind in ("hex_encoded", "github_token"), hexed
+        with pytest.raises(InvalidInput) as exc:
+            repo.set("blob", hexed, "r")
+        assert exc.value.rule.startswith("secret.") and hexed not in exc.value.message
+    for digest in (hashlib.sha256(str(n).encode()).hexdigest() for n in range(300)):
+        assert scan(digest) is None
+    for harmless in (b"stop-loss at 262".hex(), b"hello_world_2024".hex(),
+                     "0123456789abcdef0123"):
+        assert scan(harmless) is None, harmless
+
+
+def test_a_token_split_across_adjacent_keys_is_refused(repo: StateRepo) -> None:
+    """Two keys that hold the halves of one token: the write of the second half is
+    refused (either order, in a structure too); short ids side by side are no token."""
+    repo.set("creds.a", GH[:20], "the first half alone is no secret")
+    with pytest.raises(InvalidInput) as exc:
+        repo.set("creds.b", GH[20:], "the second half")
+    assert exc.value.rule == "secret.github_token"
+    assert "creds.a, creds.b together" in exc.value.message
+    repo.clear("creds.a", "start again")
+    repo.set("other.b", GH[20:], "the second half first")
+    with pytest.raises(InvalidInput):
+        repo.set("other.a", GH[:20], "then the first, before it in the file")
+    random_token = _B64  # 40 random-looking characters, cut in two
+    repo.set("x.1", random_token[:20], "r")
+    with pytest.raises(InvalidInput) as exc:
+        repo.set("x.2", random_token[20:], "r")
+    assert exc.value.rule == "secret.high_entropy"
+    with pytest.raises(InvalidInput):
+        repo.set("parts", [GH[:15], GH[15:30], GH[30:]], "one structure")
+    repo.set("ids", {"order": "O9x2Kq", "ticket": "T7bLm3", "user": "u4ZpQ1"}, "short ids")
+    repo.clear("x.1", "done with it")
+    repo.set("y.0", "1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b", "a commit id")
+    repo.set("y.1", "ABCDEFGHijkl1234", "r")
+    repo.set("y.2", "stop-loss at 262", "a word after an id is not a token")
+
+
+def test_names_ids_and_actors_are_scanned(repo: StateRepo) -> None:
+    """A key name, a name inside a structure, a run id, an approval's tool name, an actor,
+    a request id and schema.yaml (values, names, comments) are scanned like a value."""
+    attempts = {
+        "key name": lambda: repo.set(GH, 1, "r"),
+        "name in a structure": lambda: repo.set("facts", {"inner": {GH: 1}}, "r"),
+        "actor": lambda: repo.set("k", 1, "r", actor=GH),
+        "request id": lambda: repo.set("k", 1, "r", request_id=GH),
+        "run id": lambda: repo.runs.start(GH, description="d", criteria=["c"], reason="r"),
+        "run request id": lambda: repo.runs.start("r1", description="d", criteria=["c"],
+                                                  reason="r", request_id=GH),
+        "tool name": lambda: repo.request_approval(GH, {}, "r"),
+        "schema description": lambda: repo.set_schema(
+            f"version: 1\nkeys:\n  k: {{type: string, description: 'use {GH}'}}\n", "r"),
+        "schema comment": lambda: repo.set_schema(f"version: 1  # {GH}\nkeys: {{}}\n", "r"),
+    }
+    for name, attempt in attempts.items():
+        with pytest.raises(InvalidInput) as exc:
+            attempt()
+        assert exc.value.rule == "secret.github_token", (name, exc.value.rule)
+        assert GH not in exc.value.message
+    repo.set_schema("version: 1\nunknown_keys: allow\nkeys:\n"
+                    "  api.token: {type: string}  # names a token, holds a reference\n", "ok")
+    assert repo.state().keys == {} and repo.runs.listing() == []
+
+
+def test_a_refusal_for_another_rule_keeps_no_secret(repo: StateRepo) -> None:
+    """The refusal journal withholds every field that trips the scan, whatever rule
+    refused the write: a stale compare-and-swap (raw or hex-encoded), a reserved key."""
+    import subprocess
+
+    from gitstate import refusals
+    from tests.helpers import GIT
+
+    repo.set("k", 1, "r")
+    for attempt, rule in (
+            (lambda: repo.set("k", 2, "r", expected=GH), "cas.mismatch"),
+            (lambda: repo.set("approval.x", GH, "r"), "approval.reserved"),
+            (lambda: repo.set("k", 3, "r", expected=GH.encode().hex()), "cas.mismatch")):
+        with pytest.raises(InvalidInput if rule != "cas.mismatch" else CasMismatch) as exc:
+            attempt()
+        assert exc.value.rule == rule
+    records = list(refusals.entries(repo.store))
+    assert len(records) == 3
+    assert all(refusals.WITHHELD in (r["expected"], r["attempted"]) for r in records)
+    if GIT is not None:
+        objects = subprocess.run([GIT, "-C", str(repo.state_dir), "cat-file",
+                                  "--batch-all-objects", "--batch"], capture_output=True,
+                                 check=True).stdout
+        assert GH[:24].encode() not in objects and GH.encode().hex().encode() not in objects
