@@ -87,6 +87,7 @@ def build_app(agent_dir: str | Path, host: str, port: int, token: str | None,
     """The ASGI app serving ``/mcp`` for ``agent_dir``."""
     from mcp.server.transport_security import TransportSecuritySettings
 
+    from . import mcp_sdk
     from .mcp_server import build_server
 
     if not is_loopback(host) and token is None:
@@ -98,11 +99,40 @@ def build_app(agent_dir: str | Path, host: str, port: int, token: str | None,
         enable_dns_rebinding_protection=True,
         allowed_hosts=[f"{n}:{port}" for n in names] + [f"{n}:*" for n in allow_hosts],
         allowed_origins=[f"http://{n}:{port}" for n in names] + list(allow_origins))
-    server = build_server(agent_dir)
-    app: App = server.streamable_http_app(streamable_http_path="/mcp",
-                                          transport_security=security,
-                                          max_request_body_size=MAX_BODY_BYTES, host=host)
+    manager = mcp_sdk.session_manager(build_server(agent_dir), security_settings=security,
+                                      max_request_body_size=MAX_BODY_BYTES)
+    app: App = Endpoint(manager)
     return BearerAuth(app, token) if token else app
+
+
+class Endpoint:
+    """The ASGI app: ``/mcp`` goes to the SDK's session manager (whose ``run()`` is the
+    app's lifespan); any other path is 404."""
+
+    def __init__(self, manager: Any) -> None:
+        self.manager = manager
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http" and scope.get("path") in ("/mcp", "/mcp/"):
+            await self.manager.handle_request(scope, receive, send)
+        elif scope["type"] == "http":
+            await _plain(send, 404, b"not found\n")
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        await receive()  # lifespan.startup
+        async with self.manager.run():
+            await send({"type": "lifespan.startup.complete"})
+            await receive()  # lifespan.shutdown
+        await send({"type": "lifespan.shutdown.complete"})
+
+
+async def _plain(send: Send, status: int, body: bytes,
+                 headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/plain"), *headers]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def serve_http(agent_dir: str | Path, host: str, port: int, token: str | None,

@@ -81,6 +81,8 @@ def output_model(cls: type, required: list[str]) -> type[BaseModel]:
     fields = {**_fields(results.Refusal), **_fields(cls)}
     fields["ok"] = (bool, Field(description="true: the call succeeded; false: it was "
                                 "refused or failed, and nothing was written."))
+    fields["next_step"] = (str | None, Field(None, description="(refusals) What to do now, "
+                                        "naming the tool to call."))
     return create_model(
         f"{cls.__name__}Out", __doc__=cls.__doc__,
         __config__=ConfigDict(extra="allow", json_schema_extra=_one_of(required)),
@@ -90,3 +92,65 @@ def output_model(cls: type, required: list[str]) -> type[BaseModel]:
 WriteOut = output_model(results.WriteResult, ["op", "commit", "live_keys", "max_keys"])
 StateOut = output_model(results.StateView, ["head", "now", "keys", "live_keys", "max_keys"])
 RunOut = output_model(results.RunView, ["run_id", "head", "goal", "state", "next"])
+
+
+JSON_VALUE = {"anyOf": [
+    {"type": "string"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"},
+    {"type": "array", "items": {"$ref": "#/$defs/JsonValue"}},
+    {"type": "object", "additionalProperties": {"$ref": "#/$defs/JsonValue"}}],
+    "description": "Any JSON value."}
+_ANNOTATIONS = {"title", "description"}
+
+
+def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with every schema that constrains nothing (pydantic's ``{}`` for ``Any``)
+    replaced by an explicit JSON value, so portability lints (MCP Inspector ``--strict``) and
+    strict converters find no "accepts anything" hole."""
+    used = False
+
+    def walk(node: Any, is_schema: bool) -> Any:
+        nonlocal used
+        if isinstance(node, dict):
+            if is_schema and not set(node) - _ANNOTATIONS:
+                used = True
+                return {"$ref": "#/$defs/JsonValue", **node}
+            out: dict[str, Any] = {}
+            for key, value in node.items():
+                if key in ("properties", "$defs", "patternProperties"):
+                    out[key] = {k: walk(v, True) for k, v in value.items()}
+                elif key in ("items", "additionalProperties", "not"):
+                    out[key] = walk(value, True)
+                elif key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+                    out[key] = [walk(v, True) for v in value]
+                else:
+                    out[key] = value
+            return out
+        return node
+
+    cleaned: dict[str, Any] = walk(schema, False)
+    if used:
+        cleaned.setdefault("$defs", {})["JsonValue"] = JSON_VALUE
+    return cleaned
+
+
+def inline_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """An input schema with every ``#/$defs/...`` reference replaced by its target (input
+    models do not recurse) and OpenAPI's ``discriminator`` dropped: strict converters
+    (OpenAI Agents) refuse references they cannot check, and plain JSON Schema validators
+    ignore ``discriminator`` anyway (``oneOf`` over ``const`` tags already decides)."""
+    defs = schema.get("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                target = walk(defs[ref.removeprefix("#/$defs/")])
+                return {**target, **{k: walk(v) for k, v in node.items() if k != "$ref"}}
+            return {k: walk(v) for k, v in node.items()
+                    if k not in ("$defs", "discriminator")}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    out: dict[str, Any] = walk(schema)
+    return out

@@ -168,7 +168,8 @@ def test_the_agent_over_mcp_sees_but_never_decides(runtime: StateRepo) -> None:
             assert not err and out["keys"][f"approval.{approval}"]["value"]["status"] == \
                 "pending"
             err, out, _ = await _call(client, "working_state_set", key=f"approval.{approval}",
-                                      value={"status": "approved"}, reason="approve myself")
+                                      value_json='{"status": "approved"}',
+                                      reason="approve myself")
             assert err and out["error"] == "approval.reserved"
 
     anyio.run(main)

@@ -19,10 +19,6 @@ MAX_CLASS_LINES = 400
 
 # Private members of third-party objects that have no public equivalent, each with why.
 THIRD_PARTY_PRIVATE = {
-    # the mcp SDK's FastMCP has no public way to register a request handler it lacks
-    # (resources/subscribe, logging/setLevel) or to reach the connection from a context
-    ("gitstate.mcp_server", "_lowlevel_server"),
-    ("gitstate.mcp_server", "_connection"),
     # os._exit: a simulated crash must skip every cleanup handler
     ("gitstate.faults", "_exit"),
 }

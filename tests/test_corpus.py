@@ -4,8 +4,6 @@ MCP server: every case ends in a clear error with nothing written, or in a safe 
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -135,30 +133,27 @@ def test_corpus_cli(tmp_path: Path) -> None:
 @pytest.mark.anyio
 async def test_corpus_mcp(tmp_path: Path) -> None:
     """MCP: refused cases are tool errors with nothing written; the server stays up."""
-    from mcp import Client
-    from mcp.client.stdio import StdioServerParameters
+    pytest.importorskip("mcp")
+    from tests.mcpclient import connect
 
     agent = tmp_path / "agent"
     with StateRepo.init(agent) as repo:
         repo.set("stop_loss.2317", 262, "the real rule")
-    params = StdioServerParameters(command=sys.executable, env=dict(os.environ),
-                                   args=["-m", "gitstate", "--agent-dir", str(agent), "mcp"])
-    async with Client(params, read_timeout_seconds=60) as client:
+    async with connect(agent, timeout=60) as client:
         for case in WRITE_CASES:
             if any(_surrogates(str(v)) for v in case["args"].values()):
                 continue  # not encodable as UTF-8 JSON; test_mcp_abuse sends them raw
             tool = "working_state_set" if case["op"] == "set" else "working_state_handoff"
             count = commit_count(agent / "state")
-            result = await client.call_tool(tool, case["args"])
-            text = " ".join(getattr(c, "text", "") for c in result.content)
+            error, _, text = await client.call(tool, **case["args"])
             assert "Traceback" not in text
             if case["expect"] == "refused":
-                assert result.is_error, case["name"]
+                assert error, case["name"]
                 assert commit_count(agent / "state") == count, case["name"]
             else:
-                assert not result.is_error, (case["name"], text)
-        state = await client.call_tool("working_state_get", {})
-        assert not state.is_error
+                assert not error, (case["name"], text)
+        error, _, _ = await client.call("working_state_get")
+        assert not error
     assert_safe_section(agent)
 
 

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +10,10 @@ import anyio
 import pytest
 
 pytest.importorskip("mcp")
-from mcp import Client
-from mcp.client.stdio import StdioServerParameters
 
 from gitstate.repo import StateRepo
 from tests.helpers import commit_count
+from tests.mcpclient import Client, connect
 
 pytestmark = pytest.mark.anyio
 
@@ -28,18 +23,6 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def _params(agent_dir: Path) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable,
-                                 args=["-m", "gitstate", "--agent-dir", str(agent_dir), "mcp"],
-                                 env=dict(os.environ))
-
-
-@asynccontextmanager
-async def connect(agent_dir: Path) -> AsyncIterator[Client]:
-    async with Client(_params(agent_dir), read_timeout_seconds=30) as client:
-        yield client
-
-
 @pytest.fixture
 def agent(tmp_path: Path) -> Path:
     StateRepo.init(tmp_path / "agent").close()
@@ -47,29 +30,29 @@ def agent(tmp_path: Path) -> Path:
 
 
 async def _call(client: Client, tool: str, **args: Any) -> tuple[bool, dict[str, Any], str]:
-    result = await client.call_tool(tool, args)
-    text = " ".join(getattr(c, "text", "") for c in result.content)
-    return bool(result.is_error), result.structured_content or {}, text
+    return await client.call(tool, **args)
 
 
 async def test_tools_schemas_and_annotations(agent: Path) -> None:
     """Four tools with the seed's names, input and output schemas, and annotations."""
     async with connect(agent) as client:
-        tools = {t.name: t for t in (await client.list_tools()).tools}
+        tools = await client.list_tools()
     assert set(tools) == {"working_state_set", "working_state_clear", "working_state_handoff",
                           "working_state_get", "run_get", "run_propose"}
     s = tools["working_state_set"]
-    assert set(s.input_schema["required"]) == {"key", "value", "reason"}
-    assert {"ttl_hours", "expected_value"} <= set(s.input_schema["properties"])
-    assert set(tools["working_state_clear"].input_schema["required"]) == {"key", "reason"}
-    assert set(tools["working_state_handoff"].input_schema["properties"]) == {
+    assert set(s["inputSchema"]["required"]) == {"key", "reason"}
+    assert {"value", "value_json", "ttl_hours", "expected_value", "expected_json"} <= set(
+        s["inputSchema"]["properties"])
+    assert set(tools["working_state_clear"]["inputSchema"]["required"]) == {"key", "reason"}
+    assert set(tools["working_state_handoff"]["inputSchema"]["properties"]) == {
         "note", "status", "next_steps", "evidence", "blocker", "request_id"}
     for name, tool in tools.items():
-        assert tool.output_schema is not None, name
-        assert tool.annotations is not None and tool.annotations.open_world_hint is False
-        assert tool.annotations.read_only_hint is (name in ("working_state_get", "run_get"))
-    assert "ttl_hours" in s.description and "expected_value" in s.description
-    assert "handoff" in tools["working_state_handoff"].description
+        assert tool["outputSchema"]["type"] == "object", name
+        assert tool["inputSchema"]["additionalProperties"] is False, name
+        assert tool["annotations"]["openWorldHint"] is False
+        assert tool["annotations"]["readOnlyHint"] is (name in ("working_state_get", "run_get"))
+    assert "ttl_hours" in s["description"] and "expected_value" in s["description"]
+    assert "handoff" in tools["working_state_handoff"]["description"]
 
 
 async def test_round_trips(agent: Path) -> None:
@@ -91,10 +74,8 @@ async def test_round_trips(agent: Path) -> None:
         assert not err and set(state["keys"]) == {"stop_loss.2317"}
         assert state["handoff"]["next_steps"] == "report totals"
         assert state["history"][0]["op"] == "clear" and state["max_keys"] == 32
-        section = await client.read_resource("gitstate://section")
-        assert "stop_loss.2317 = 262" in section.contents[0].text  # type: ignore[union-attr]
-        as_json = await client.read_resource("gitstate://state")
-        assert json.loads(as_json.contents[0].text)["head"] == state["head"]  # type: ignore[union-attr]
+        assert "stop_loss.2317 = 262" in await client.read("gitstate://section")
+        assert json.loads(await client.read("gitstate://state"))["head"] == state["head"]
     assert commit_count(agent / "state") == 5
 
 
@@ -134,12 +115,24 @@ async def test_refusals_are_tool_errors_with_structure(agent: Path) -> None:
 async def test_bad_arguments_and_unexpected_failures_keep_the_server_up(agent: Path) -> None:
     """Wrong types, missing arguments and an internal failure are errors; the server lives."""
     async with connect(agent) as client:
-        for args in ({"key": "k"}, {"key": 1, "value": 1, "reason": "r"},
-                     {"key": "k", "value": {"a b": 1}, "reason": "r"},
-                     {"key": "k", "value": [[[[[[[[[1]]]]]]]]], "reason": "r"},
-                     {"key": "k", "value": 1, "reason": "r", "ttl_hours": -1}):
-            result = await client.call_tool("working_state_set", args)
-            assert result.is_error, args
+        for args, rule in (({"key": "k"}, "input.invalid"),
+                           ({"key": 1, "value": 1, "reason": "r"}, "input.invalid"),
+                           ({"key": "k", "value": {"a": 1}, "reason": "r"}, "input.invalid"),
+                           ({"key": "k", "value": 1, "reason": "r", "extra": 1},
+                            "input.invalid"),
+                           ({"key": "k", "value_json": '{"a b": 1}', "reason": "r"},
+                            "value.key_charset"),
+                           ({"key": "k", "value_json": "[[[[[[[[[1]]]]]]]]]", "reason": "r"},
+                            "value.depth"),
+                           ({"key": "k", "value_json": '{"a": 1, "a": 2}', "reason": "r"},
+                            "input.invalid"),
+                           ({"key": "k", "value_json": "[1,", "reason": "r"}, "input.invalid"),
+                           ({"key": "k", "value": 1, "reason": "r", "ttl_hours": -1},
+                            "input.invalid")):
+            err, out, text = await _call(client, "working_state_set", **args)
+            assert err and out["ok"] is False, args
+            assert out["error"].split(".")[0] == rule.split(".")[0], (args, out)
+            assert text.startswith(f"[{out['error']}]") and "next: " in text
         ref = agent / "state" / ".git" / "refs" / "heads" / "main"
         head = ref.read_bytes()
         ref.write_bytes(b"ref: refs/heads/main\n")  # a symref loop: fails as no rule names
@@ -180,8 +173,8 @@ async def test_typed_state_over_mcp(agent: Path) -> None:
     with StateRepo(agent) as repo:
         repo.set_schema(schema, "typed")
     async with connect(agent) as client:
-        tools = {t.name: t for t in (await client.list_tools()).tools}
-        description = tools["working_state_set"].description or ""
+        tools = await client.list_tools()
+        description = tools["working_state_set"]["description"]
         assert "stop_loss.*: number (> 0); default ttl 6.5 h" in description
         assert "phase: one of gather | apply | done; set by runtime only" in description
         err, out, _ = await _call(client, "working_state_set", key="phase", value="apply",
@@ -200,10 +193,29 @@ async def test_retry_after_client_timeout_is_idempotent(agent: Path) -> None:
     async with connect(agent) as client:
         args = {"key": "stop", "value": 262, "reason": "rule", "request_id": "wake-7-set-1"}
         with pytest.raises(Exception):  # noqa: B017  (the SDK's timeout error type varies)
-            await client.call_tool("working_state_set", args, read_timeout_seconds=0.0001)
+            await client.call_tool("working_state_set", args, timeout=0.0001)
         await anyio.sleep(0.5)  # the server finished the first call meanwhile
         err, out, _ = await _call(client, "working_state_set", **args)
         assert not err and out["replayed"] is True
         err, out, _ = await _call(client, "working_state_set", **{**args, "value": 254})
         assert err and out["error"] == "request.conflict"
     assert commit_count(agent / "state") == before + 1
+
+
+async def test_the_docs_name_every_tool(agent: Path) -> None:
+    """README, `gitstate mcp --help` and docs/mcp.md name each tool the server lists; none
+    says "four tools"."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    async with connect(agent) as client:
+        names = set(await client.list_tools())
+    assert len(names) == 6
+    helped = subprocess.run([sys.executable, "-m", "gitstate", "mcp", "--help"],
+                            capture_output=True, text=True, timeout=60, check=True).stdout
+    for where, text in (("README.md", (root / "README.md").read_text()),
+                        ("mcp --help", helped),
+                        ("docs/mcp.md", (root / "docs" / "mcp.md").read_text())):
+        assert not [n for n in names if n not in text], where
+        assert "four tools" not in text, where

@@ -5,7 +5,6 @@ with completion of key names, and the server's version. Real client, real server
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -18,16 +17,16 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from mcp import Client
-from mcp.client.stdio import StdioServerParameters
 from mcp.types import ResourceTemplateReference
 
 from gitstate.repo import StateRepo
+from tests import mcpclient
+from tests.mcpclient import Client
 
 # resources/subscribe and logging/setLevel are what hosts speak today; the SDK's client marks
 # them as superseded by the 2026 revision, which is exactly what these tests exercise
 pytestmark = [pytest.mark.anyio,
-              pytest.mark.filterwarnings("ignore::mcp.MCPDeprecationWarning")]
+              pytest.mark.filterwarnings("ignore:.*2026-07-28:UserWarning")]
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -51,10 +50,7 @@ async def connect(agent_dir: Path, seen: list[Any] | None = None) -> AsyncIterat
         if seen is not None:
             seen.append(message)
 
-    params = StdioServerParameters(command=sys.executable, args=[
-        "-m", "gitstate", "--agent-dir", str(agent_dir), "mcp"], env=dict(os.environ))
-    async with Client(params, mode="legacy", message_handler=on_message,
-                      read_timeout_seconds=30) as client:
+    async with mcpclient.connect(agent_dir, on_message=on_message) as client:
         yield client
 
 
@@ -78,10 +74,10 @@ async def test_subscribers_hear_of_changes_made_by_other_processes(agent: Path) 
     process) changes that key; a key nobody changed sends nothing."""
     seen: list[Any] = []
     async with connect(agent, seen) as client:
-        assert client.server_capabilities.resources.subscribe
-        await client.subscribe_resource("gitstate://section")
-        await client.subscribe_resource("gitstate://key/stop_loss.2317")
-        await client.subscribe_resource("gitstate://key/position_cap")
+        assert client.initialize["capabilities"]["resources"]["subscribe"] is True
+        for uri in ("gitstate://section", "gitstate://key/stop_loss.2317",
+                    "gitstate://key/position_cap"):
+            await client.request("subscribe_resource", uri)
         out = subprocess.run([sys.executable, "-m", "gitstate", "--agent-dir", str(agent),
                               "set", "stop_loss.2317", "254", "--reason", "from the CLI"],
                              capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
@@ -89,7 +85,7 @@ async def test_subscribers_hear_of_changes_made_by_other_processes(agent: Path) 
         await _wait_for(seen, "gitstate://key/stop_loss.2317")
         await _wait_for(seen, "gitstate://section")
         assert "gitstate://key/position_cap" not in _updated(seen)
-        await client.unsubscribe_resource("gitstate://section")
+        await client.request("unsubscribe_resource", "gitstate://section")
         before = len(_updated(seen))
         await client.call_tool("working_state_set", {"key": "position_cap", "value": 2,
                                                      "reason": "from this server"})
@@ -100,19 +96,17 @@ async def test_subscribers_hear_of_changes_made_by_other_processes(agent: Path) 
 async def test_key_template_and_completion(agent: Path) -> None:
     """gitstate://key/{key} reads one entry with its chain; key names complete by prefix."""
     async with connect(agent) as client:
-        templates = await client.list_resource_templates()
-        assert [t.uri_template for t in templates.resource_templates] == [
+        templates = await client.request("list_resource_templates")
+        assert [t["uriTemplate"] for t in templates["resourceTemplates"]] == [
             "gitstate://key/{key}"]
-        result = await client.read_resource("gitstate://key/stop_loss.2317")
-        data = json.loads(result.contents[0].text)  # type: ignore[union-attr]
+        data = json.loads(await client.read("gitstate://key/stop_loss.2317"))
         assert data["entry"]["value"] == 262 and data["entry"]["reason"] == "the 09:04 rule"
         assert [h["new"] for h in data["history"]] == [262]
-        done = await client.complete(ResourceTemplateReference(
+        done = await client.request("complete", ResourceTemplateReference(
             type="ref/resource", uri="gitstate://key/{key}"), {"name": "key",
                                                               "value": "stop_"})
-        assert done.completion.values == ["stop_loss.2317", "stop_loss.2330"]
-        absent = json.loads((await client.read_resource(
-            "gitstate://key/nothing_here")).contents[0].text)  # type: ignore[union-attr]
+        assert done["completion"]["values"] == ["stop_loss.2317", "stop_loss.2330"]
+        absent = json.loads(await client.read("gitstate://key/nothing_here"))
         assert absent["entry"] is None and absent["history"] == []
 
 
@@ -121,7 +115,27 @@ async def test_logging_level_and_version(agent: Path) -> None:
     from importlib.metadata import version
 
     async with connect(agent) as client:
-        assert client.server_capabilities.logging is not None
-        await client.set_logging_level("info")
-        assert client.server_info is not None
-        assert client.server_info.version == version("gitstate")
+        assert client.initialize["capabilities"]["logging"] == {}
+        await client.request("set_logging_level", "info")
+        assert client.initialize["serverInfo"]["version"] == version("gitstate")
+
+
+async def test_the_prompt_and_protocol_errors(agent: Path) -> None:
+    """The one prompt teaches the rules and shows the current section; an unknown prompt, a
+    prompt argument and an unknown resource are JSON-RPC errors with valid codes (-32602
+    invalid params, -32002 resource not found), never code 0."""
+    async with connect(agent) as client:
+        listed = await client.request("list_prompts")
+        assert [p["name"] for p in listed["prompts"]] == ["working_state_rules"]
+        got = await client.request("get_prompt", "working_state_rules")
+        text = got["messages"][0]["content"]["text"]
+        assert "working_state_set" in text and "expected_value" in text
+        assert "stop_loss.2317 = 262" in text
+        for call, code in ((("get_prompt", "nope"), -32602),
+                           (("get_prompt", "working_state_rules", {"x": "1"}), -32602),
+                           (("read_resource", "gitstate://nothing"), -32002),
+                           (("read_resource", "gitstate://key/bad key!"), -32602)):
+            with pytest.raises(Exception) as caught:
+                await client.request(*call)
+            error = getattr(caught.value, "error", caught.value)
+            assert getattr(error, "code", None) == code, (call, caught.value)

@@ -165,17 +165,18 @@ async def test_mcp_server_advertises_the_generated_schemas(tmp_path: Path) -> No
     ones the CLI's JSON was checked against above), and its own answers fit them."""
     jsonschema = pytest.importorskip("jsonschema")
     pytest.importorskip("mcp")
-    from gitstate.mcp_schema import StateOut, WriteOut
-    from tests.test_mcp import connect
+    from gitstate.mcp_schema import StateOut, WriteOut, clean_schema
+    from tests.mcpclient import connect
 
-    schemas = {"write": WriteOut.model_json_schema(), "state": StateOut.model_json_schema()}
+    schemas = {"write": clean_schema(WriteOut.model_json_schema()),
+               "state": clean_schema(StateOut.model_json_schema())}
     run_cli("init", agent_dir=tmp_path)
     async with connect(tmp_path) as client:
-        listed = {t.name: t.output_schema for t in (await client.list_tools()).tools}
+        listed = {name: t["outputSchema"] for name, t in (await client.list_tools()).items()}
         for _argv, tool, args, kind in CALLS:
             assert listed[tool] == schemas[kind]
             result = await client.call_tool(tool, args)
-            jsonschema.validate(result.structured_content, listed[tool])
+            jsonschema.validate(result["structuredContent"], listed[tool])
 
 
 def test_each_extra_installs_what_its_docs_import() -> None:

@@ -33,7 +33,8 @@ def mcp(obj: Ctx, http: bool, host: str, port: int, token_env: str, token_file: 
     pip install 'gitstate[mcp]').
 
     \b
-    Tools: working_state_set, working_state_clear, working_state_handoff, working_state_get.
+    Tools: working_state_set, working_state_clear, working_state_handoff, working_state_get,
+    run_get, run_propose. Prompt: working_state_rules.
     Resources: gitstate://section, gitstate://state, gitstate://key/{key} (with completion
     of key names); subscriptions notify on every change, whoever made it.
     See docs/mcp.md and examples/ for client configs.
