@@ -52,6 +52,16 @@ class Config:
     # how writes reach the disk: auto (picked from the file system), strict or fast; see
     # docs/reliability.md, "Durability modes"
     durability: str = "auto"
+    # what one pull or fetch may bring from a remote, and how long each network step may
+    # take (docs/security.md, "What arrives from a remote")
+    pull_max_new_runs: int = 1000
+    pull_max_new_journals: int = 100
+    fetch_max_objects: int = 1_000_000
+    fetch_max_bytes: int = 512 << 20
+    fetch_max_inflated_bytes: int = 4 << 30
+    remote_connect_seconds: int = 15
+    remote_stall_seconds: int = 60
+    remote_total_seconds: int = 900
 
     def __init__(self, **values: object) -> None:
         for name, value in values.items():
@@ -80,6 +90,15 @@ _SETTINGS: dict[tuple[str, str], tuple[str, type, int | None, int | None]] = {
     ("gitstate", "sync"): ("sync", str, None, None),
     ("gitstate", "gc_loose_objects"): ("gc_loose_objects", int, 50, 10_000_000),
     ("gitstate", "durability"): ("durability", str, None, None),
+    ("gitstate", "pull_max_new_runs"): ("pull_max_new_runs", int, 1, 10_000_000),
+    ("gitstate", "pull_max_new_journals"): ("pull_max_new_journals", int, 1, 1_000_000),
+    ("gitstate", "fetch_max_objects"): ("fetch_max_objects", int, 100, 1 << 31),
+    ("gitstate", "fetch_max_bytes"): ("fetch_max_bytes", int, 1 << 20, 1 << 40),
+    ("gitstate", "fetch_max_inflated_bytes"): ("fetch_max_inflated_bytes", int, 1 << 20,
+                                               1 << 44),
+    ("gitstate", "remote_connect_seconds"): ("remote_connect_seconds", int, 1, 3600),
+    ("gitstate", "remote_stall_seconds"): ("remote_stall_seconds", int, 1, 3600),
+    ("gitstate", "remote_total_seconds"): ("remote_total_seconds", int, 1, 86400),
 }
 _ = [getattr(Config, attr) for attr, *_ in _SETTINGS.values()]  # every setting has a default
 

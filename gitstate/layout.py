@@ -6,6 +6,12 @@ commits hold exactly :data:`TREE_FILES`. Next to the repository's own files, ``.
 gitstate's caches and markers (the stamp, the schema cache, the write lock, the write-in-progress
 marker, the maintenance pid file, moved-aside hand edits, fetch quarantines), none of them
 committed and all of them re-derivable or safe to lose.
+
+Ref names: :data:`NAMESPACES` holds the pattern of every ref gitstate keeps or exchanges with
+a remote; :func:`ref_name_problem` applies git's own rules (``git check-ref-format``) and then
+the namespace's pattern. A name that comes from elsewhere (a remote's advertisement, a fetch
+result, a pushed update) is checked with it before it is used at all, and is never joined into
+a path before that check passed.
 """
 
 from __future__ import annotations
@@ -18,7 +24,34 @@ STATE_DIR = "state"
 BRANCH = "refs/heads/main"
 REMOTE_REF = "refs/remotes/origin/main"  # the commit last seen on the remote: the lease
 UNPUSHED_PREFIX = "refs/gitstate/unpushed/"  # local commits a push could not re-apply
-FETCHED_REF = "refs/gitstate/fetched"  # scratch ref of a fetch through the git CLI
+RUNS_PREFIX = "refs/heads/runs/"  # + a run id: one run's ledger
+RUNS_TRACKING_PREFIX = "refs/remotes/origin/runs/"  # a run's head last seen on the remote
+JOURNAL_REF = "refs/gitstate/refusals"  # this clone's refusal journal
+JOURNAL_PREVIOUS_REF = "refs/gitstate/refusals-previous"  # its previous generation
+JOURNALS_PREFIX = "refs/gitstate/refusals/"  # + an origin id: a clone's journal on the remote
+PULLED_JOURNALS_PREFIX = "refs/gitstate/pulled-refusals/"  # + an origin id: pulled here
+JOURNAL_TRACKING_REF = "refs/remotes/origin/gitstate-refusals"
+THREADS_PREFIX = "refs/gitstate/threads/"  # + thread/namespace/kind (LangGraph checkpoints)
+
+# -- ref namespaces: name -> pattern (a regular expression the whole name must match) -------
+RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"  # ".." and a ".lock" end: git's rules
+ORIGIN_ID_PATTERN = r"[0-9a-f]{16}"  # a journal's origin: 8 random bytes, lowercase hex
+_THREAD_PART = r"[A-Za-z0-9_%+-]{1,121}"  # langgraph.enc's output
+NAMESPACES: dict[str, str] = {
+    "main": BRANCH,
+    "runs": RUNS_PREFIX + RUN_ID_PATTERN,
+    "journals": JOURNALS_PREFIX + ORIGIN_ID_PATTERN,
+    "threads": THREADS_PREFIX + _THREAD_PART + "/" + _THREAD_PART + "/[a-z]{1,16}",
+    # kept here only, never taken from a remote
+    "tracking": f"{REMOTE_REF}|{RUNS_TRACKING_PREFIX}{RUN_ID_PATTERN}|{JOURNAL_TRACKING_REF}",
+    "journal": f"{JOURNAL_REF}|{JOURNAL_PREVIOUS_REF}",
+    "pulled_journals": PULLED_JOURNALS_PREFIX + ORIGIN_ID_PATTERN,
+    "unpushed": UNPUSHED_PREFIX + r"[0-9]{8}T[0-9]{12}Z",
+}
+# the namespaces a remote holds, by the prefix that puts a name in it: a remote's name that
+# starts with one of these prefixes is that namespace's or refused
+REMOTE_NAMESPACES: dict[str, str] = {BRANCH: "main", RUNS_PREFIX: "runs",
+                                     JOURNALS_PREFIX: "journals", THREADS_PREFIX: "threads"}
 
 # -- what a commit's tree may hold ---------------------------------------------------------
 STATE_FILE = "working_state.json"
@@ -27,6 +60,9 @@ STATE_MAX_BYTES = 8 << 20  # 256 stored keys of the largest entries, and a 1 MiB
 SCHEMA_MAX_BYTES = 64 << 10  # what schema.yaml itself accepts
 TREE_FILES: dict[str, int] = {STATE_FILE: STATE_MAX_BYTES, SCHEMA_FILE: SCHEMA_MAX_BYTES}
 REQUIRED = (STATE_FILE,)
+# the largest object any namespace holds (a commit whose trailers carry a whole state is the
+# largest): an object from elsewhere declaring more is refused before it is inflated
+OBJECT_MAX_BYTES = 2 * STATE_MAX_BYTES
 FILE_MODE = 0o100644
 
 # -- beside the tree, never committed (working tree) --------------------------------------
@@ -61,3 +97,61 @@ def parse_stamp(data: bytes) -> tuple[str, str, str] | None:
     if len(fields) != 3 or not all(fields):
         return None
     return fields[0], fields[1], fields[2]
+
+
+def ref_format_problem(name: str) -> str | None:
+    """Which of git's ref-name rules (``git check-ref-format``) ``name`` breaks, or None.
+
+    A name is ``refs/`` and slash-separated components; no component is empty, starts with
+    ``.`` or ends with ``.lock``; the name holds no ``..``, ``@{``, backslash, control
+    character, space or any of ``~ ^ : ? * [``, does not end with ``/`` or ``.`` and is not
+    ``@``. (git itself also takes one-level names such as ``HEAD``; gitstate keeps none.)"""
+    if not name.startswith("refs/"):
+        return "it is not under refs/"
+    if len(name.encode("utf-8", "surrogatepass")) > 1024:
+        return "it is over 1024 bytes"
+    bad = set(" ~^:?*[\\\x7f")
+    for char in name:
+        if char < " " or char in bad:
+            return f"it holds {char!r}, which git does not allow in a ref name"
+    if ".." in name:
+        return "it holds '..'"
+    if "@{" in name:
+        return "it holds '@{'"
+    if name.endswith(("/", ".")):
+        return "it ends with '/' or '.'"
+    for part in name.split("/"):
+        if not part:
+            return "it holds an empty component ('//')"
+        if part.startswith("."):
+            return f"its component {part!r} starts with '.'"
+        if part.endswith(".lock"):
+            return f"its component {part!r} ends with '.lock'"
+    return None
+
+
+def ref_name_problem(name: str, namespace: str | None = None) -> str | None:
+    """Why ``name`` is not a ref gitstate may use, or None: git's rules, then the pattern of
+    ``namespace`` (by default the remote namespace its prefix puts it in; a name under no
+    known prefix passes on git's rules alone)."""
+    problem = ref_format_problem(name)
+    if problem is not None:
+        return problem
+    if namespace is None:
+        namespace = remote_namespace(name)
+        if namespace is None:
+            return None
+    import re  # here, not at import: the wake-up path imports this module
+
+    pattern = NAMESPACES[namespace]
+    if re.fullmatch(f"(?:{pattern})", name, flags=re.ASCII) is None:
+        return f"it does not match the {namespace} namespace's pattern {pattern}"
+    return None
+
+
+def remote_namespace(name: str) -> str | None:
+    """The namespace a remote's ref belongs to by its prefix, or None (not gitstate's)."""
+    for prefix, namespace in REMOTE_NAMESPACES.items():
+        if name == prefix or (prefix.endswith("/") and name.startswith(prefix)):
+            return namespace
+    return None

@@ -123,3 +123,18 @@ def directory(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+@contextlib.contextmanager
+def attempt_directory(path: Path) -> Iterator[bool]:
+    """A directory's own flock if it is free right now (a fetch quarantine no live fetch
+    holds); yields whether it was taken. A directory that cannot be opened: not taken."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        yield False
+        return
+    try:
+        yield _take_now(fd)
+    finally:
+        os.close(fd)

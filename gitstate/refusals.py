@@ -33,6 +33,9 @@ from .errors import Refused
 from .trailers import encode_json
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from contextlib import AbstractContextManager
+
     from .store import GitStore
 
 REF = "refs/gitstate/refusals"
@@ -185,8 +188,11 @@ def check_chain(store: GitStore, head: str) -> list[str]:
     return out
 
 
-def push(store: GitStore, url: str) -> str | None:
-    """Send this clone's journal to the remote as refusals/<origin>; None when done."""
+def push(store: GitStore, url: str,
+         lock: Callable[[], AbstractContextManager[None]]) -> str | None:
+    """Send this clone's journal to the remote as refusals/<origin>; None when done. The
+    push waits on the network without ``lock`` (the write lock); the tracking ref moves
+    under it."""
     head = store.ref(REF)
     seen = store.ref(TRACKING)
     if head is None or head == seen:
@@ -195,12 +201,17 @@ def push(store: GitStore, url: str) -> str | None:
     refused = store.push_refs(url, {name: (seen, head)})
     if name in refused:
         return refused[name]
-    store.move_ref(TRACKING, seen, head)
+    with lock():
+        store.move_ref(TRACKING, seen, head)
     return None
 
 
-def pull(store: GitStore, url: str) -> list[str]:
-    """Fetch the other clones' journals, each checked; returns the origins taken."""
+def pull(store: GitStore, url: str, *,
+         lock: Callable[[], AbstractContextManager[None]]) -> list[str]:
+    """Fetch the other clones' journals, each checked; returns the origins taken. The
+    fetch waits on the network without ``lock`` (the write lock), held then for the checks
+    and the ref moves; the names were checked by the transport (16 lowercase hex digits,
+    ``layout.NAMESPACES["journals"]``) and bounded (``pull_max_new_journals``)."""
     mine = origin_id(store.git_dir)
 
     def check(incoming: GitStore, remote: dict[str, str]) -> dict[str, str]:
@@ -215,9 +226,16 @@ def pull(store: GitStore, url: str) -> list[str]:
             accepted[name] = head
         return accepted
 
-    taken = store.fetch_refs(url, REMOTE_PREFIX, check)
-    for name, head in taken.items():
-        store.move_ref(PULLED_PREFIX + name, store.ref(PULLED_PREFIX + name), head)
+    known = {REMOTE_PREFIX + name for name in store.refs_under(PULLED_PREFIX)}
+    known.add(REMOTE_PREFIX + mine)
+    with store.incoming(url, ("journals",), known=known, action="pull") as got:
+        remote = {name[len(REMOTE_PREFIX):]: head for name, head in got.refs.items()}
+        with lock():
+            taken = check(got.store, remote) if remote else {}
+            if taken:
+                got.take()
+            for name, head in taken.items():
+                store.move_ref(PULLED_PREFIX + name, store.ref(PULLED_PREFIX + name), head)
     return sorted(taken)
 
 

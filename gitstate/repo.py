@@ -41,6 +41,7 @@ from .results import (
 from .run_api import RunMethods
 from .schema import WRITERS, Schema, parse_schema
 from .store import GitStore
+from .store.transport import limits_for
 from .sync import Remote, clone
 from .trailers import Change
 
@@ -78,6 +79,7 @@ class StateRepo(ApprovalMethods, RunMethods):
         self.actor = rules.check_actor(actor or writer)
         self.store = GitStore(self.state_dir)
         self.store.set_durability(self.config.durability)
+        self.store.limits = limits_for(self.config)
         self.projection = Projection(self.state_dir)
         self.reader = StateReader(self.state_dir, self.store, self.projection)
         self.tree = MainTree(self.reader)
@@ -405,9 +407,9 @@ class StateRepo(ApprovalMethods, RunMethods):
         from . import refusals, runsync
 
         result = self.remote.push()
-        with self.engine.locked():  # the tracking refs move under the write lock
-            result.runs = runsync.push(self.store, self.remote.url())
-            journal = refusals.push(self.store, self.remote.url())
+        # the network is waited on without the write lock; the tracking refs move under it
+        result.runs = runsync.push(self.store, self.remote.url(), self.engine.locked)
+        journal = refusals.push(self.store, self.remote.url(), self.engine.locked)
         if journal:
             result.runs["refusals_not_pushed"] = journal
         return result
@@ -419,10 +421,12 @@ class StateRepo(ApprovalMethods, RunMethods):
 
         result = self.remote.pull()
         schema = self.schema()
-        with self.engine.locked():
-            result.runs = runsync.pull(self.store, self.remote.url(),
-                                       dict(schema.run_writers) if schema else {})
-            result.runs["refusal_journals"] = refusals.pull(self.store, self.remote.url())
+        # each fetch waits on the network without the write lock, then takes it to check
+        result.runs = runsync.pull(self.store, self.remote.url(),
+                                   dict(schema.run_writers) if schema else {},
+                                   lock=self.engine.locked)
+        result.runs["refusal_journals"] = refusals.pull(self.store, self.remote.url(),
+                                                        lock=self.engine.locked)
         return result
 
     def sync_status(self) -> SyncStatus:

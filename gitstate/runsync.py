@@ -26,15 +26,19 @@ from .ledger import PREFIX, replay_problems
 from .runs import RunRefused, check_run_id
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
+    from contextlib import AbstractContextManager
 
     from .store import GitStore
 
 TRACKING = "refs/remotes/origin/runs/"
 
 
-def push(store: GitStore, url: str) -> dict[str, Any]:
-    """Push every run that moved since last seen; {pushed: [...], refused: {run: why}}."""
+def push(store: GitStore, url: str,
+         lock: Callable[[], AbstractContextManager[None]]) -> dict[str, Any]:
+    """Push every run that moved since last seen; {pushed: [...], refused: {run: why}}.
+    The push waits on the network without ``lock`` (the write lock); the tracking refs
+    move under it."""
     local = store.refs_under(PREFIX)
     updates = {}
     for name, head in local.items():
@@ -43,18 +47,23 @@ def push(store: GitStore, url: str) -> dict[str, Any]:
             updates[PREFIX + name] = (seen, head)
     refused = store.push_refs(url, updates) if updates else {}
     pushed = []
-    for ref, (seen, head) in updates.items():
-        if ref not in refused:
-            name = ref[len(PREFIX):]
-            store.move_ref(TRACKING + name, seen, head)
-            pushed.append(name)
+    with lock():
+        for ref, (seen, head) in updates.items():
+            if ref not in refused:
+                name = ref[len(PREFIX):]
+                store.move_ref(TRACKING + name, seen, head)
+                pushed.append(name)
     return {"pushed": sorted(pushed),
             "refused": {ref[len(PREFIX):]: why for ref, why in refused.items()}}
 
 
 def pull(store: GitStore, url: str,
-         writers: Mapping[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
-    """Fast-forward every run the remote has further; {pulled, diverged, refused}."""
+         writers: Mapping[str, tuple[str, ...]] | None = None, *,
+         lock: Callable[[], AbstractContextManager[None]]) -> dict[str, Any]:
+    """Fast-forward every run the remote has further; {pulled, diverged, refused}. The
+    fetch waits on the network without ``lock`` (the write lock), which is then held for
+    the checks and the ref moves; the remote's run names were checked by the transport
+    (``layout.NAMESPACES["runs"]``) and bounded (``pull_max_new_runs``)."""
     out: dict[str, Any] = {"pulled": [], "diverged": [], "ahead": []}
 
     def check(incoming: GitStore, remote: dict[str, str]) -> dict[str, str]:
@@ -85,16 +94,22 @@ def pull(store: GitStore, url: str,
                 runs=sorted(bad))
         return accepted
 
-    accepted = store.fetch_refs(url, PREFIX, check)
-    for name, head in sorted(accepted.items()):
-        with locking.exclusive(store.git_dir / f"gitstate-run-{name}.flock"):
-            mine = store.ref(PREFIX + name)
-            if mine is not None and not store.is_ancestor(mine, head):
-                out["diverged"].append(name)  # an event was recorded here meanwhile
-                continue
-            store.move_ref(PREFIX + name, mine, head)
-        store.move_ref(TRACKING + name, store.ref(TRACKING + name), head)
-        out["pulled"].append(name)
+    known = {PREFIX + name for name in store.refs_under(PREFIX)}
+    with store.incoming(url, ("runs",), known=known, action="pull") as got:
+        remote = {name[len(PREFIX):]: head for name, head in got.refs.items()}
+        with lock():
+            accepted = check(got.store, remote) if remote else {}
+            if accepted:
+                got.take()
+            for name, head in sorted(accepted.items()):
+                with locking.exclusive(store.git_dir / f"gitstate-run-{name}.flock"):
+                    mine = store.ref(PREFIX + name)
+                    if mine is not None and not store.is_ancestor(mine, head):
+                        out["diverged"].append(name)  # an event was recorded here meanwhile
+                        continue
+                    store.move_ref(PREFIX + name, mine, head)
+                store.move_ref(TRACKING + name, store.ref(TRACKING + name), head)
+                out["pulled"].append(name)
     return out
 
 

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from . import foreign
+from . import foreign, layout
 from .engine import Commit, WriteEngine
 from .errors import GitStateError, Refused, StoreError, UsageError
 from .layout import BRANCH, REMOTE_REF, SCHEMA_FILE, STATE_DIR, STATE_FILE
@@ -31,6 +31,7 @@ from .model import EMPTY, State
 from .replay import ReplayError, apply_change
 from .results import SyncResult, SyncStatus
 from .store import ZERO, GitStore
+from .store.transport import limits_for
 from .trailers import NotAGitstateCommit, parse_message
 
 T = TypeVar("T")
@@ -88,40 +89,51 @@ class Remote:
     # -- push ---------------------------------------------------------------------------
 
     def push(self) -> SyncResult:
-        """Publish local commits with a lease; re-apply them on a remote that moved on."""
+        """Publish local commits with a lease; re-apply them on a remote that moved on.
+        The network is waited on without the write lock (a stalled remote never holds up
+        a local write); the lock is taken for the rebase and the ref moves, and what was
+        read before it is read again under it."""
         url = self.url()
-        with self.engine.locked():
-            result = SyncResult("push", self.reader.head(), self.store.ref(REMOTE_REF))
-            for _ in range(10):
-                local, lease = self.reader.head(), self.store.ref(REMOTE_REF)
-                if local == lease:
-                    result.action = "rebased" if result.rebased or result.refused \
-                        else "up-to-date"
-                    result.head = result.remote = local
-                    return result
-                if _network("push", self.store.push, url, lease, local):
+        result = SyncResult("push", self.reader.head(), self.store.ref(REMOTE_REF))
+        for _ in range(10):
+            local, lease = self.reader.head(), self.store.ref(REMOTE_REF)
+            if local == lease:
+                result.action = "rebased" if result.rebased or result.refused \
+                    else "up-to-date"
+                result.head = result.remote = local
+                return result
+            if _network("push", self.store.push, url, lease, local):
+                with self.engine.locked():
                     self.store.move_ref(REMOTE_REF, lease, local)
-                    result.pushed += sum(1 for _ in self.store.walk(local, lease))
-                    result.head = result.remote = local
-                    return result
+                result.pushed += sum(1 for _ in self.store.walk(local, lease))
+                result.head = result.remote = local
+                return result
 
-                def check(incoming: GitStore, remote: str, lease: str | None = lease) -> None:
-                    if lease and not incoming.is_ancestor(lease, remote):
-                        raise StoreError(f"the remote's main ({remote[:12]}) does not descend "
-                                         f"from the commit last seen there ({lease[:12]}): it "
-                                         "was rewritten. Nothing was pushed.",
-                                         rule="remote.rewritten", remote=remote)
-                    # the remote's new commits become the base of ours: checked like a pull
-                    _refuse_foreign(foreign.check_range(incoming, lease, remote, self.config),
-                                    "the remote's new commits")
+            def check(incoming: GitStore, remote: str, lease: str | None = lease) -> None:
+                if lease and not incoming.is_ancestor(lease, remote):
+                    raise StoreError(f"the remote's main ({remote[:12]}) does not descend "
+                                     f"from the commit last seen there ({lease[:12]}): it "
+                                     "was rewritten. Nothing was pushed.",
+                                     rule="remote.rewritten", remote=remote)
+                # the remote's new commits become the base of ours: checked like a pull
+                _refuse_foreign(foreign.check_range(incoming, lease, remote, self.config),
+                                "the remote's new commits")
 
-                remote = _network("fetch", self.store.fetch, url, check)
-                rebased, refused, kept = self._rebase(lease, remote, local)
-                result.rebased += rebased
-                result.refused += refused
-                result.kept_on = result.kept_on or kept
-                self.store.move_ref(REMOTE_REF, lease, remote)
-            raise StoreError("the remote kept moving; try again", rule="remote.contention")
+            with self.store.incoming(url, ("main",), action="push") as got:
+                remote = got.refs.get(BRANCH)
+                with self.engine.locked():
+                    if self.store.ref(REMOTE_REF) != lease:
+                        continue  # another push here moved it meanwhile: start again
+                    local = self.reader.head()  # a local write may have landed meanwhile
+                    if remote is not None:
+                        check(got.store, remote)
+                        got.take()
+                    rebased, refused, kept = self._rebase(lease, remote, local)
+                    result.rebased += rebased
+                    result.refused += refused
+                    result.kept_on = result.kept_on or kept
+                    self.store.move_ref(REMOTE_REF, lease, remote)
+        raise StoreError("the remote kept moving; try again", rule="remote.contention")
 
     def _rebase(self, lease: str | None, remote: str | None,
                 local: str) -> tuple[int, list[dict[str, Any]], str | None]:
@@ -221,9 +233,12 @@ class Remote:
     # -- pull and status ----------------------------------------------------------------
 
     def pull(self) -> SyncResult:
-        """Fast-forward only; a diverged or rewritten remote is reported, never merged."""
+        """Fast-forward only; a diverged or rewritten remote is reported, never merged.
+        The fetch waits on the network without the write lock; the lock is then held for
+        the checks (against local main as it is then) and the ref moves."""
         url = self.url()
-        with self.engine.locked():
+        with self.store.incoming(url, ("main",), action="pull") as got, \
+                self.engine.locked():
             local = self.reader.head()
             lease = self.store.ref(REMOTE_REF)
 
@@ -244,7 +259,10 @@ class Remote:
                 _refuse_foreign(foreign.check_range(incoming, local, remote, self.config),
                                 "the remote's new commits")
 
-            remote = _network("fetch", self.store.fetch, url, check)
+            remote = got.refs.get(BRANCH)
+            if remote is not None:
+                check(got.store, remote)
+                got.take()
             result = SyncResult("up-to-date", local, remote)
             if remote is None or remote == local:
                 if remote:
@@ -292,6 +310,7 @@ def clone(url: str, agent_dir: Path) -> str:
         install(store.git_dir)
         store.set_remote_url(url)
         config = load_config(agent_dir)
+        store.limits = limits_for(config)
 
         def check(incoming: GitStore, remote: str) -> None:
             _refuse_foreign(foreign.check_range(incoming, None, remote, config),
@@ -320,10 +339,13 @@ def verify_push(git_dir: Path, old: str, new: str, ref: str) -> list[str]:
     from .runsync import verify_pushed
 
     zero = ZERO.decode()
-    journal = ref.startswith(REMOTE_PREFIX) and len(ref) == len(REMOTE_PREFIX) + 16
-    if ref != BRANCH and not ref.startswith(RUNS) and not journal:
-        return [f"{ref}: only {BRANCH}, run ledgers ({RUNS}<id>) and refusal journals "
-                f"({REMOTE_PREFIX}<id>) hold gitstate state"]
+    namespace = layout.remote_namespace(ref)
+    problem = layout.ref_name_problem(ref)
+    if problem is not None or namespace not in ("main", "runs", "journals"):
+        return [f"{ref[:200]!r}: [remote.ref_name] only {BRANCH}, run ledgers ({RUNS}<id>) "
+                f"and refusal journals ({REMOTE_PREFIX}<16 lowercase hex digits>) hold "
+                f"gitstate state" + (f"; this name is refused: {problem}" if problem else "")]
+    journal = namespace == "journals"
     if new == zero and journal:
         return [f"deleting {ref} is refused: the refusal journal is kept"]
     if new == zero and ref == BRANCH:
@@ -332,6 +354,7 @@ def verify_push(git_dir: Path, old: str, new: str, ref: str) -> list[str]:
     quarantine = os.environ.get("GIT_OBJECT_DIRECTORY")
     if quarantine:
         store.use_quarantine(quarantine)
+    store.strict = True  # pushed objects: sizes from headers, trees and commits by fsck
     try:
         if journal:  # a new generation starts a new chain: not a fast-forward, accepted
             return [f"{ref}: {p}" for p in check_chain(store, new)]

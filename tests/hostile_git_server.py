@@ -19,7 +19,9 @@ Arguments (all optional, combinable):
   refs (drop, rename, repoint) after ``extra_refs`` were added;
 * ``stall_refs=True``: accept the connection, read the request, never answer;
 * ``cut_pack_after=N``: relay N bytes of the answer to the client's wants, then ``cut``:
-  ``"stall"`` (keep the connection open and silent) or ``"close"`` (hang up).
+  ``"stall"`` (keep the connection open and silent) or ``"close"`` (hang up);
+* ``pack=bytes``: answer the client's wants with this pack instead of upload-pack's (a
+  crafted one: tests/bombs.py), whatever was asked for.
 
 Every connection runs ``git upload-pack --strict`` on the repository in a clean environment
 (no user or system config) with ``uploadpack.allowAnySHA1InWant`` on, so that a forged name
@@ -28,7 +30,9 @@ only (the advertisement is the first thing sent, whatever version the client ask
 the advertisement is one pkt-line list the relay can rewrite. ``served`` counts the
 connections; ``wants`` records the object ids clients asked for.
 
-:func:`smart_http` starts tests/git_http_server.py (``git http-backend``) with the same
+:func:`served` gives one repository as a path, file://, git:// or smart-HTTP remote with
+forged names added (the same attack over each transport); :func:`git_daemon` is a real
+``git daemon`` for pushes. :func:`smart_http` starts tests/git_http_server.py (``git http-backend``) with the same
 rewrite of its advertisement (``advertise={name: id}``), or stalling every request.
 """
 
@@ -38,11 +42,13 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
@@ -102,7 +108,8 @@ class HostileGitServer:
 
     def __init__(self, repo: Path, *, extra_refs: dict[str, str] | None = None,
                  edit: Edit | None = None, stall_refs: bool = False,
-                 cut_pack_after: int | None = None, cut: str = "stall") -> None:
+                 cut_pack_after: int | None = None, cut: str = "stall",
+                 pack: bytes | None = None) -> None:
         if cut not in ("stall", "close"):
             raise ValueError("cut is 'stall' or 'close'")
         self.repo = repo
@@ -111,6 +118,7 @@ class HostileGitServer:
         self.stall_refs = stall_refs
         self.cut_pack_after = cut_pack_after
         self.cut = cut
+        self.pack = pack
         self.served = 0
         self.wants: list[str] = []
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -174,6 +182,10 @@ class HostileGitServer:
             while (line := read_pkt(proc.stdout.read)) is not None:
                 lines.append(line)
             conn.sendall(edit_advertisement(lines, self.extra, self.edit))
+            if self.pack is not None:
+                proc.kill()
+                self._send_pack(read, conn, self.pack)
+                return
             threading.Thread(target=self._upstream, args=(read, proc), daemon=True).start()
             sent = 0
             while chunk := os.read(proc.stdout.fileno(), 65536):
@@ -187,6 +199,28 @@ class HostileGitServer:
         with _quiet():
             conn.shutdown(socket.SHUT_RDWR)
         conn.close()
+
+    def _send_pack(self, read: Callable[[int], bytes], conn: socket.socket,
+                   data: bytes) -> None:
+        """Read the client's wants and haves up to ``done``; answer NAK and ``data`` (in
+        side-band packets when the client asked for them)."""
+        sideband = False
+        while True:
+            line = read_pkt(read)
+            if line is None:
+                continue
+            if line.startswith(b"want "):
+                self.wants.append(line[5:45].decode("ascii", "replace"))
+                sideband = sideband or b"side-band" in line
+            if line.rstrip(b"\n") == b"done":
+                break
+        conn.sendall(pkt(b"NAK\n"))
+        if not sideband:
+            conn.sendall(data)
+            return
+        for at in range(0, len(data), 65000):
+            conn.sendall(pkt(b"\x01" + data[at:at + 65000]))
+        conn.sendall(pkt(None))
 
     def _upstream(self, read: Callable[[int], bytes], proc: subprocess.Popen[bytes]) -> None:
         """The client's wants and haves, relayed to upload-pack (and the wants noted)."""
@@ -244,3 +278,49 @@ def smart_http(root: Path, repo: str, *, advertise: dict[str, str] | None = None
     finally:
         proc.kill()
         proc.wait()
+
+
+@contextlib.contextmanager
+def git_daemon(root: Path) -> Iterator[int]:
+    """A real ``git daemon`` (receive-pack enabled) serving the repositories under ``root``
+    on a free loopback port; yields the port (``git://127.0.0.1:PORT/<name>``)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all",
+                             "--enable=receive-pack", f"--base-path={root}",
+                             "--listen=127.0.0.1", f"--port={port}", str(root)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        for _ in range(200):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        yield port
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the daemon and its per-connection children
+        proc.wait()
+
+
+@contextlib.contextmanager
+def served(transport: str, bare: Path, extra_refs: dict[str, str] | None = None
+           ) -> Iterator[str]:
+    """The bare repository ``bare`` as a remote of the kind ``transport`` names — "path",
+    "file" (a file:// URL), "git" (this relay) or "http" (tests/git_http_server.py) — with
+    ``extra_refs`` ({name: id}) added to what it advertises (for a path or file:// remote,
+    written into its packed-refs, which is how such a name reaches one). Yields the URL."""
+    if transport in ("path", "file"):
+        if extra_refs:
+            with (bare / "packed-refs").open("a", encoding="utf-8") as f:
+                f.writelines(f"{sha} {name}\n" for name, sha in extra_refs.items())
+        yield str(bare) if transport == "path" else f"file://{bare}"
+    elif transport == "git":
+        with HostileGitServer(bare, extra_refs=extra_refs) as url:
+            yield url
+    elif transport == "http":
+        with smart_http(bare.parent, bare.name, advertise=extra_refs) as url:
+            yield url
+    else:
+        raise ValueError(transport)

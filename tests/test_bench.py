@@ -57,6 +57,12 @@ def test_remote_bench_quick() -> None:
     assert "push (with lease)" in text and "gitstate fleet" in text
 
 
+def test_wire_memory_bench_quick() -> None:
+    """wire_memory.py --quick prints each pull's peak memory against the baseline's."""
+    text = _run("wire_memory.py")
+    assert "x baseline" in text and text.count("remote.object_too_large") == 2
+
+
 def test_lock_wait_bench_quick() -> None:
     """lock_wait.py --quick compares gitstate's lock wait with a polling wait."""
     text = _run("lock_wait.py")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gitstate import audit
-from gitstate.errors import Refused
+from gitstate.errors import GitStateError, Refused
 from gitstate.fastpath import section
 from gitstate.model import Entry
 from gitstate.repo import StateRepo
@@ -93,16 +93,16 @@ ATTACKS: dict[str, tuple[Attack, str]] = {
     "approval-args-not-hashed": (lambda f, t: f.commit(_approval(
         "request", {**_FORGED, "status": "pending"})), "approval.invalid"),
     "parent-path": (lambda f, t: f.commit(_set("k", 1), extra={b"../../X": (MODE, b"x")}),
-                    "tree.unknown_name"),
+                    "tree.bad_name"),
     "absolute-path": (lambda f, t: f.commit(_set("k", 1), extra={
-        str(t / "ABS").encode(): (MODE, b"x")}), "tree.unknown_name"),
+        str(t / "ABS").encode(): (MODE, b"x")}), "tree.bad_name"),
     "repository-config": (lambda f, t: f.commit(_set("k", 1), extra={
-        b".git/config": (MODE, b"[core]\n\tfsmonitor = touch MARK\n")}), "tree.unknown_name"),
+        b".git/config": (MODE, b"[core]\n\tfsmonitor = touch MARK\n")}), "tree.bad_name"),
     "git-dir-as-tree": (lambda f, t: f.commit(_set("k", 1), extra={
-        b".git": (0o040000, b"[core]\n\tfsmonitor = touch MARK\n")}), "tree.unknown_name"),
+        b".git": (0o040000, b"[core]\n\tfsmonitor = touch MARK\n")}), "tree.bad_name"),
     "agent-config": (lambda f, t: f.commit(_set("k", 1), extra={
         b"../config.toml": (MODE, b"[memory]\nworking_state_enabled = false\n")}),
-        "tree.unknown_name"),
+        "tree.bad_name"),
     "gitconfig-fsmonitor": (lambda f, t: f.commit(_set("k", 1), extra={
         b".gitconfig": (MODE, f"[core]\n\tfsmonitor = touch {t / 'MARK'}\n".encode())}),
         "tree.unknown_name"),
@@ -186,6 +186,10 @@ def _outside_untouched(tmp: Path) -> None:
     assert sorted(p.name for p in tmp.iterdir()) == ["a", "b", "remote.git"]
 
 
+# attacks the transport stops before any check sees a commit (the pull's rule for them)
+STOPPED_ON_THE_WIRE = {"oversized-state": "remote.object_too_large"}
+
+
 @pytest.mark.parametrize("name", sorted(ATTACKS))
 def test_pull_refuses(world: tuple[Path, Path, Forge], tmp_path: Path, name: str) -> None:
     """pull refuses each crafted commit with its rule and uses nothing of it."""
@@ -196,10 +200,13 @@ def test_pull_refuses(world: tuple[Path, Path, Forge], tmp_path: Path, name: str
     make(forge, tmp_path)
     with StateRepo(b) as repo:
         head = repo.head()
-        with pytest.raises(Refused) as err:
+        with pytest.raises(GitStateError) as err:
             repo.pull()
-        assert err.value.rule == "remote.invalid"
-        assert err.value.details["problems"][0]["rule"] == rule, err.value.message
+        if name in STOPPED_ON_THE_WIRE:
+            assert err.value.rule == STOPPED_ON_THE_WIRE[name], err.value.message
+        else:
+            assert err.value.rule == "remote.invalid"
+            assert err.value.details["problems"][0]["rule"] == rule, err.value.message
         assert repo.head() == head
         assert all(c.ok for c in audit.verify(repo)), audit.verify(repo)
     assert section(b) == before and "stop_loss.2317 = 262" in before[0]
@@ -256,7 +263,7 @@ def test_clone_refuses_and_writes_nothing(world: tuple[Path, Path, Forge],
     target = tmp_path / "c" / "agent"
     with pytest.raises(Refused) as err:
         StateRepo.clone(str(bare), target)
-    assert err.value.details["problems"][0]["rule"] == "tree.unknown_name"
+    assert err.value.details["problems"][0]["rule"] == "tree.bad_name"
     assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())
     assert not (tmp_path / "X").exists() and not (tmp_path / "c" / "Y").exists()
 

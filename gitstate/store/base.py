@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self, TypeVar
 
-from dulwich.errors import NotGitRepository
+from dulwich.errors import NotGitRepository, PackedRefsException
 from dulwich.file import FileLocked
 from dulwich.object_store import BaseObjectStore
 from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree
@@ -29,9 +29,10 @@ from ..layout import (
     LOCK_FILE,
     WRITING_FILE,
 )
-from . import packwrite
+from . import packwrite, rawobj
 from .durability import Flush, flush_for
 from .fs import holds_data
+from .objheader import HeaderError, Headers, read_strict
 
 BRANCH = Ref(layout.BRANCH.encode())
 ZERO = ObjectID(b"0" * 40)
@@ -128,6 +129,12 @@ class RepoBase:
         self.last_objects: list[str] = []
         self._lock_fd: int | None = None  # the write lock's descriptor, while held
         self._fold_calls = 0  # writes of this process, for PackOps.consolidate
+        # foreign objects (a fetch's quarantine, a pushed update in the hook): every read
+        # checks the object's size from its header first and parses trees and commits by
+        # git fsck's rules (``rawobj``); set by ``use_quarantine`` and the fetch quarantine
+        self.strict = False
+        self._object_dirs = [f"{self.git_path}/objects"]
+        self._headers: Headers | None = None
 
     def set_durability(self, mode: str) -> str:
         """Pick the flushes for ``mode`` (auto: from this repository's file system);
@@ -144,6 +151,21 @@ class RepoBase:
         self._stores.append(quarantine)
         overlay = OverlayObjectStore([quarantine, self.repo.object_store])
         self.repo.object_store = overlay  # type: ignore[assignment]
+        self._object_dirs.insert(0, object_dir)
+        self.strict = True
+        self.close_headers()
+
+    def headers(self) -> Headers:
+        """Header reads (sizes, bounded loose reads) over this store's object directories."""
+        if self._headers is None:
+            oid = self.repo.object_store.object_format.oid_length
+            self._headers = Headers(self._object_dirs, oid)
+        return self._headers
+
+    def close_headers(self) -> None:
+        if self._headers is not None:
+            self._headers.close()
+            self._headers = None
 
     # -- creation -------------------------------------------------------------------------
 
@@ -176,6 +198,7 @@ class RepoBase:
 
     def close(self) -> None:
         """Release every file dulwich holds open (idempotent)."""
+        self.close_headers()
         self._release()
 
     # -- locking --------------------------------------------------------------------------
@@ -224,18 +247,33 @@ class RepoBase:
 
     def sweep_stale_locks(self) -> list[Path]:
         """Remove every dulwich ``*.lock`` and our temporary files (lock held)."""
-        removed = []
-        for stale in self.git_dir.glob(INCOMING_PREFIX + "*"):  # a fetch that was killed
-            shutil.rmtree(stale, ignore_errors=True)
-            removed.append(stale)
+        removed = self.sweep_quarantines()
         for path in [*self.git_dir.rglob("*.lock"), *self.git_dir.glob(".*.tmp"),
                      *self.path.glob(".*.tmp")]:
-            if path.name == LOCK_FILE:
-                continue
+            if path.name == LOCK_FILE or INCOMING_PREFIX in str(path):
+                continue  # a live fetch's quarantine: not under the write lock
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
                 removed.append(path)
         return removed + packwrite.sweep(self.git_dir / "objects" / "pack")
+
+    def sweep_quarantines(self) -> list[Path]:
+        """Remove the fetch quarantines no live fetch holds: a fetch runs without the write
+        lock and flocks its quarantine directory itself; one still being made (``*.tmp``)
+        is swept only once it is a minute old."""
+        removed = []
+        for stale in self.git_dir.glob(INCOMING_PREFIX + "*"):
+            if stale.name.endswith(".tmp"):
+                with contextlib.suppress(OSError):
+                    if time.time() - stale.stat().st_mtime > 60:
+                        shutil.rmtree(stale, ignore_errors=True)
+                        removed.append(stale)
+                continue
+            with locking.attempt_directory(stale) as free:
+                if free:
+                    shutil.rmtree(stale, ignore_errors=True)
+                    removed.append(stale)
+        return removed
 
     def _stale_lock_safe(self, action: Callable[[], T]) -> T:
         """Run a dulwich write; a ``*.lock`` it trips over is stale, since we hold the
@@ -275,18 +313,28 @@ class RepoBase:
         return dict(ids)
 
     def tree_entries(self, commit: str) -> list[tuple[bytes, int, str]]:
-        """The raw (name, mode, blob id) entries of ``commit``'s tree, for checking a
-        commit gitstate did not make."""
-        return [(e.path, e.mode, e.sha.decode()) for e in self._tree(commit).iteritems()]
+        """The (name, mode, object id) entries of ``commit``'s tree as its raw bytes hold
+        them, in order, for checking a commit gitstate did not make: parsed by git fsck's
+        rules (``rawobj.tree_entries``: duplicates, order, modes, names), a StoreError
+        naming the rule for a tree git would refuse."""
+        tree = self._tree(commit)  # dulwich keeps the raw bytes it parsed
+        return rawobj.tree_entries(tree.as_raw_string(), len(tree.id) // 2)
 
     def object_size(self, sha: str) -> int:
-        """The size of an object's content (a blob's byte count)."""
-        try:
-            _, data = self.repo.object_store.get_raw(ObjectID(sha.encode()))
-        except KeyError as exc:
-            raise StoreError(f"object {sha} is missing from the object store",
-                             rule="store.missing_object") from exc
-        return len(data)
+        """The size of an object's content (a blob's byte count), read from its loose or
+        pack header (a delta's from the delta's header): nothing of it is inflated."""
+        for attempt in range(2):
+            try:
+                return self.headers().size(sha)[1]
+            except KeyError as exc:
+                self.close_headers()  # a pack written since: list them again
+                if attempt:
+                    raise StoreError(f"object {sha} is missing from the object store",
+                                     rule="store.missing_object") from exc
+            except HeaderError as exc:
+                raise StoreError(f"object {sha} is damaged: {exc}",
+                                 rule="store.corrupt_object") from exc
+        raise AssertionError("unreachable")
 
     def commit_times(self, commit: str) -> tuple[int, int]:
         """(author time, committer time) of ``commit``."""
@@ -329,12 +377,30 @@ class RepoBase:
         """Read an object. dulwich looks in packs, then loose: a concurrent repack can move
         a loose object into a new pack between the two looks, so a miss is retried (the
         retry rescans the pack directory), as git's own readers do."""
+        if self.strict:
+            return self._get_strict(sha)
         for attempt in range(3):
             try:
                 return self.repo.object_store[sha]
             except KeyError:
                 time.sleep(0.005 * attempt)
         return self.repo.object_store[sha]
+
+    def _get_strict(self, sha: ObjectID) -> ShaFile:
+        """A foreign object, read by ``objheader.read_strict``: its size from its header
+        against ``layout.OBJECT_MAX_BYTES`` before anything is inflated, trees and
+        commits parsed by git fsck's rules (``rawobj``) before dulwich parses them."""
+        try:
+            type_num, raw = read_strict(self.headers(), self.repo.object_store.get_raw,
+                                        sha.decode(), layout.OBJECT_MAX_BYTES)
+        except HeaderError as exc:
+            raise StoreError(f"object {sha.decode()} is damaged: {exc}",
+                             rule="store.corrupt_object") from exc
+        if type_num == 2:
+            rawobj.tree_entries(raw, len(sha) // 2)
+        elif type_num == 1:
+            rawobj.check_commit(raw)
+        return ShaFile.from_raw_string(type_num, raw, sha)
 
     def _commit(self, commit: str) -> Commit:
         return self._read_as(ObjectID(commit.encode()), Commit, f"commit {commit}")
@@ -349,6 +415,8 @@ class RepoBase:
         except KeyError as exc:
             raise StoreError(f"{what} ({sha.decode()}) is missing from the object store",
                              rule="store.missing_object") from exc
+        except StoreError:
+            raise
         except Exception as exc:  # zlib / header / format errors: a damaged object file
             raise StoreError(f"{what} ({sha.decode()}) is corrupt ({exc}); run "
                              "`gitstate verify`", rule="store.corrupt_object") from exc
@@ -393,6 +461,9 @@ class RepoBase:
             return self.repo.refs[Ref(name.encode())].decode()
         except KeyError:
             return None
+        except PackedRefsException as exc:
+            raise StoreError(f"packed-refs is damaged ({exc}); repair it with git",
+                             rule="store.bad_ref") from exc
 
     def is_ancestor(self, ancestor: str, commit: str) -> bool:
         """Whether ``ancestor`` is on ``commit``'s first-parent chain (gitstate histories

@@ -126,7 +126,12 @@ class CommitOps(RepoBase):
 
     def move_ref(self, name: str, old: str | None, new: str | None) -> bool:
         """Compare-and-swap any ref (None: absent / delete); durable when it returns.
-        Call it with the kernel write lock held: a ``<ref>.lock`` found then is stale."""
+        Call it with the kernel write lock held: a ``<ref>.lock`` found then is stale. The
+        name becomes a path under .git, so one git's rules refuse is refused here first
+        (``store.bad_ref_name``), wherever it came from."""
+        if name != layout.BRANCH and (problem := layout.ref_format_problem(name)):
+            raise StoreError(f"{name[:200]!r} is not a ref name git accepts ({problem}); "
+                             "nothing was written", rule="store.bad_ref_name")
         if new is None:
             ref = Ref(name.encode())
             old_id = ObjectID(old.encode()) if old else ZERO

@@ -1,34 +1,148 @@
-"""Remotes: the URL, fetch into a quarantine, push with a lease."""
+"""Remotes: the URL, fetch into a quarantine, push with a lease.
+
+What a remote sends is untrusted from its first byte (docs/security.md, "What arrives from
+a remote"). A fetch (:meth:`TransportOps.incoming`):
+
+1. connects with deadlines (``wire``) — no lock of this repository is held meanwhile, so a
+   stalled remote never holds up a local write;
+2. checks every advertised ref name against git's rules and its namespace's pattern
+   (``layout.ref_name_problem``) before it is used at all, and counts the refs of each
+   namespace this repository does not have yet against ``Limits.max_new_refs``;
+3. receives the pack into a quarantine (a bare repository inside .git whose object store
+   reads ours through alternates) within the pack bounds, checks it from its headers and
+   indexes it with bounded memory (``packindex``);
+4. yields the quarantine, whose every read is strict (sizes from headers, trees and commits
+   by git fsck's rules): the caller takes the write lock, runs its acceptance checks on it,
+   and only then moves the objects in (:meth:`Incoming.take`) and its refs.
+
+Every failure of a remote — a bad name, a bound, a deadline, a damaged pack, a refused or
+dropped connection — is a :class:`~gitstate.errors.StoreError` whose rule names it; no
+transport library's exception escapes.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Self
 
+from dulwich.errors import PackedRefsException
 from dulwich.objects import ObjectID
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
-from .. import gitcli
-from ..errors import StoreError
-from ..layout import FETCHED_REF, INCOMING_PREFIX, REMOTE_REF
-from .base import BRANCH, ZERO, RepoBase
-from .fs import created_dirs, fsync_file, is_local
+from .. import layout, locking
+from ..config import Config
+from ..errors import GitStateError, StoreError
+from ..layout import INCOMING_PREFIX
+from .base import ZERO, RepoBase
+from .fs import created_dirs, fsync_file
+from .packindex import PackBounds, PackSink, index_pack
+from .wire import Clock, Deadlines, client_for, is_timeout
+
+_HOOK_TEXT_MAX = 4000
+_NEW_REF_SETTINGS = {"runs": "pull_max_new_runs", "journals": "pull_max_new_journals"}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The bounds and deadlines of this repository's transfers (config.toml's)."""
+
+    deadlines: Deadlines = field(default_factory=Deadlines)
+    pack: PackBounds = field(default_factory=PackBounds)
+    # namespace -> how many refs of it one pull may add
+    max_new_refs: dict[str, int] = field(default_factory=lambda: {"runs": 1000,
+                                                                   "journals": 100})
+
+
+@dataclass
+class Incoming:
+    """What one fetch brought, in its quarantine, not yet part of the repository."""
+
+    store: Any  # the quarantine, a store of the same class (strict reads)
+    refs: dict[str, str]  # the remote's refs of the namespaces asked for: name -> id
+    take: Callable[[], None]  # move the objects in (lock held, checks passed)
+
+
+def _unreachable(action: str, exc: BaseException) -> StoreError:
+    hint = ""
+    if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+        hint = (". The server's certificate is not trusted: name its CA as git does, with "
+                "http.sslCAInfo in the state repository's git config or in your "
+                "~/.gitconfig (for clone)")
+    text = str(exc).strip() or type(exc).__name__
+    if type(exc).__name__ == "PackedRefsException" or any(
+            words in text for words in ("refname is dangerous", "bad ref name", "broken ref")):
+        # a path remote's packed-refs holding a name git refuses: git's upload-pack (or
+        # dulwich's reader) stops on it before anything is sent
+        return StoreError(f"{action}: the remote holds a ref name git refuses "
+                          f"({text[:300]}); nothing was fetched", rule="remote.ref_name")
+    if type(exc).__name__ == "HangupException" or "does not match length prefix" in text:
+        return StoreError(f"{action}: the remote hung up before the transfer was complete "
+                          f"({text[:200]}); nothing of it was used", rule="remote.hung_up")
+    return StoreError(f"{action}: the remote is unreachable or refused ({text[:300]}){hint}",
+                      rule="remote.unreachable")
+
+
+def check_advertised(refs: Mapping[Ref, Any], action: str) -> dict[str, str]:
+    """The remote's refs as text, every name checked (git's rules, then its namespace's
+    pattern) before any is used; a StoreError (``remote.ref_name``) names the first bad
+    one. ``HEAD`` and peeled-tag entries (``name^{}``) are left out."""
+    out: dict[str, str] = {}
+    for raw, sha in refs.items():
+        if raw == b"HEAD":
+            continue
+        try:
+            name = raw.decode("ascii")
+        except UnicodeDecodeError:
+            name = raw.decode("utf-8", "replace")
+            problem: str | None = "it is not plain ASCII"
+        else:
+            problem = None
+        if name.endswith("^{}"):
+            name = name[:-3]
+            peeled = True
+        else:
+            peeled = False
+        problem = problem or layout.ref_name_problem(name)
+        if problem is not None:
+            raise StoreError(f"{action}: the remote advertises the ref {name[:120]!r}, which "
+                             f"is refused: {problem}. Nothing was fetched.",
+                             rule="remote.ref_name", ref=name[:200])
+        text = sha.decode("ascii", "replace") if isinstance(sha, bytes) else str(sha)
+        if not peeled and text != ZERO.decode():
+            out[name] = text
+    return out
+
+
+def _namespaces_of(names: tuple[str, ...]) -> Callable[[str], bool]:
+    def wanted(name: str) -> bool:
+        return layout.remote_namespace(name) in names
+
+    return wanted
 
 
 class TransportOps(RepoBase):
     """Remotes: the URL, fetch into a quarantine, push with a lease."""
 
+    limits = Limits()
+
     def refs_under(self, prefix: str) -> dict[str, str]:
-        """Every loose or packed ref below ``prefix`` (``refs/heads/runs/``): name -> id."""
+        """Every loose or packed ref below ``prefix`` (``refs/heads/runs/``): name -> id. A
+        packed-refs file git would not read is a StoreError (``store.bad_ref``)."""
         out = {}
-        for name in self.repo.refs.keys(base=Ref(prefix.rstrip("/").encode())):
-            with contextlib.suppress(KeyError):
-                out[name.decode("utf-8", "replace")] = \
-                    self.repo.refs[Ref(prefix.encode() + name)].decode()
+        try:
+            for name in self.repo.refs.keys(base=Ref(prefix.rstrip("/").encode())):
+                with contextlib.suppress(KeyError):
+                    out[name.decode("utf-8", "replace")] = \
+                        self.repo.refs[Ref(prefix.encode() + name)].decode()
+        except PackedRefsException as exc:
+            raise StoreError(f"{self.git_dir / 'packed-refs'} is damaged ({exc}); repair it "
+                             "with git, then run `gitstate verify`",
+                             rule="store.bad_ref") from exc
         return out
 
     def remote_url(self) -> str | None:
@@ -49,12 +163,11 @@ class TransportOps(RepoBase):
                        b"+refs/heads/main:refs/remotes/origin/main")
         config.write_to_path()
 
-    def _client(self, url: str) -> tuple[Any, str | bytes]:
-        """A dulwich client for ``url``, configured only by the ``http`` settings of git's
-        config files (the CA to trust, TLS verification, a proxy URL) — never by a setting
-        that names a program (``core.sshCommand``, ``core.gitProxy``): the ssh command comes
-        from ``GIT_SSH_COMMAND`` in the environment, else plain ``ssh``."""
-        from dulwich.client import get_transport_and_path
+    def _http_config(self) -> Any:
+        """Only the ``http`` settings of git's config files (the CA to trust, TLS
+        verification, a proxy URL) — never a setting that names a program
+        (``core.sshCommand``, ``core.gitProxy``): the ssh command comes from
+        ``GIT_SSH_COMMAND`` in the environment, else plain ``ssh``."""
         from dulwich.config import ConfigDict
 
         safe = ConfigDict()
@@ -64,128 +177,125 @@ class TransportOps(RepoBase):
                 if section and section[0].lower() == b"http":
                     for name, value in backend.items(section):
                         safe.set(section, name, value)
-        extra: dict[str, Any] = {}
-        if url.startswith(("ssh://", "git+ssh://")):
-            extra["ssh_command"] = os.environ.get("GIT_SSH_COMMAND") or "ssh"
-        client, path = get_transport_and_path(url, config=safe, **extra)
-        return client, path
+        return safe
+
+    # -- fetch ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def incoming(self, url: str, namespaces: tuple[str, ...] = ("main",), *,
+                 known: Collection[str] = (), action: str = "fetch") -> Iterator[Incoming]:
+        """Fetch the remote's refs of ``namespaces`` (``layout.NAMESPACES`` names) into a
+        quarantine and yield it (see the module); ``known`` lists the remote names this
+        repository already has, so that only the others count as new. Call it WITHOUT the
+        write lock; take it around the checks, ``take()`` and the ref moves."""
+        clock = Clock(self.limits.deadlines, action)
+        with self._quarantine() as quarantine:
+            try:
+                refs = self._receive(url, quarantine, namespaces, known, clock, action)
+            except GitStateError:
+                raise
+            except Exception as exc:  # dulwich, urllib3, sockets: every one named
+                if is_timeout(exc):
+                    raise clock.timeout("stall") from exc
+                raise _unreachable(action, exc) from exc
+            yield Incoming(quarantine, refs, lambda: self._take_objects(quarantine))
+
+    def _receive(self, url: str, quarantine: Self, namespaces: tuple[str, ...],
+                 known: Collection[str], clock: Clock, action: str) -> dict[str, str]:
+        wanted = _namespaces_of(namespaces)
+        for prefix in (layout.BRANCH, layout.RUNS_PREFIX):  # what we have, to negotiate
+            for name, sha in (self.refs_under(prefix) if prefix.endswith("/") else
+                              {"": self.ref(prefix) or ""}).items():
+                if sha:
+                    quarantine.repo.refs[Ref((prefix + name).encode())] = \
+                        ObjectID(sha.encode())
+        chosen: dict[str, str] = {}
+
+        def determine_wants(refs: Mapping[Ref, ObjectID],
+                            depth: int | None = None) -> list[ObjectID]:
+            clock.check()
+            chosen.update({n: s for n, s in check_advertised(refs, action).items()
+                           if wanted(n)})
+            self._check_new(chosen, known, action)
+            store = quarantine.repo.object_store
+            return sorted({ObjectID(s.encode()) for s in chosen.values()
+                           if ObjectID(s.encode()) not in store})
+
+        client, path = client_for(url, self._http_config(), clock)
+        pack_path = f"{quarantine.git_path}/objects/pack/tmp_pack_{os.urandom(6).hex()}"
+        os.makedirs(os.path.dirname(pack_path), exist_ok=True)
+        sink = PackSink(pack_path, self.limits.pack, clock.check)
+        try:
+            client.fetch_pack(path, determine_wants, quarantine.repo.get_graph_walker(),
+                              sink, progress=lambda _text: clock.check())
+        finally:
+            sink.close()
+        if sink.size:
+            index_pack(pack_path, self.limits.pack,
+                       self.repo.object_store.object_format.oid_length, clock.check)
+        else:
+            os.unlink(pack_path)
+        quarantine.close_headers()
+        for name, sha in chosen.items():
+            if ObjectID(sha.encode()) not in quarantine.repo.object_store:
+                raise StoreError(f"{action}: the remote's pack does not hold {name} "
+                                 f"({sha[:12]}), which it advertised", rule="remote.bad_pack")
+        return chosen
+
+    def _check_new(self, refs: dict[str, str], known: Collection[str], action: str) -> None:
+        new: dict[str, int] = {}
+        for name in refs:
+            namespace = layout.remote_namespace(name)
+            if namespace in self.limits.max_new_refs and name not in known:
+                new[namespace] = new.get(namespace, 0) + 1
+        for namespace, count in new.items():
+            bound = self.limits.max_new_refs[namespace]
+            if count > bound:
+                setting = _NEW_REF_SETTINGS.get(namespace, namespace)
+                raise StoreError(f"{action}: the remote has {count} {namespace} this "
+                                 f"repository does not, over the {bound} one pull may add "
+                                 f"([gitstate] {setting}); nothing was fetched",
+                                 rule="remote.too_many_refs", namespace=namespace,
+                                 count=count, bound=bound)
 
     def fetch(self, url: str, check: Callable[[Self, str], None] | None = None
               ) -> str | None:
         """Fetch the remote's main; returns its id (None: the remote has no main).
-
-        The objects arrive in a quarantine (a temporary object directory that can read this
-        repository's objects, as git's receive-pack does): ``check(quarantined_store,
-        remote_id)`` sees them and raises to refuse, in which case none of them enters this
-        repository. Only once it returns are they moved into the object store.
-
-        A repository on this machine that git itself has packed with a reachability bitmap
-        can trip dulwich's reader (a pack it listed is gone by the time it reads the
-        bitmap); that case is fetched again with the git CLI, in its clean environment."""
-        with self._quarantine() as incoming:
-            client, path = self._client(url)
-            def wants(refs: dict[Ref, ObjectID], depth: int | None = None,
-                      **_: Any) -> list[ObjectID]:
-                # main only: objects of other refs (runs) come with their own checks
-                sha = refs.get(BRANCH)
-                return [sha] if sha and sha != ZERO and \
-                    sha not in incoming.repo.object_store else []
-
-            try:
-                result = client.fetch(path.encode() if isinstance(path, str) else path,
-                                      incoming.repo, determine_wants=wants)
-                remote_ref = result.refs.get(BRANCH)
-                remote = remote_ref.decode() if remote_ref else None
-            except Exception:
-                if not is_local(url) or gitcli.git_binary() is None:
-                    raise
-                remote = incoming.fetch_with_git(url)
+        ``check(quarantined_store, remote_id)`` raises to refuse, in which case none of
+        the objects enters this repository. (No lock is taken here: a caller that holds
+        the write lock waits on the network with it; prefer :meth:`incoming`.)"""
+        with self.incoming(url, ("main",)) as got:
+            remote = got.refs.get(layout.BRANCH)
             if remote is not None:
                 if check is not None:
-                    check(incoming, remote)
-                self._take_objects(incoming)
+                    check(got.store, remote)
+                got.take()
             return remote
-
-    def fetch_refs(self, url: str, prefix: str,
-                   check: Callable[[Self, dict[str, str]], dict[str, str]]) -> dict[str, str]:
-        """Fetch the remote's refs below ``prefix`` (``refs/heads/runs/``) into a
-        quarantine; ``check(quarantined_store, {name: id})`` returns the ones to accept (it
-        raises to refuse them all). The objects enter this repository only when some are
-        accepted. Returns the accepted refs; the caller moves its own."""
-        with self._quarantine() as incoming:
-            for name, sha in self.refs_under(prefix).items():  # what we have, to negotiate
-                incoming.repo.refs[Ref((prefix + name).encode())] = ObjectID(sha.encode())
-            client, path = self._client(url)
-
-            def wants(refs: dict[Ref, ObjectID], depth: int | None = None,
-                      **_: Any) -> list[ObjectID]:
-                return [sha for name, sha in refs.items() if name.startswith(prefix.encode())
-                        and sha not in incoming.repo.object_store]
-
-            result = client.fetch(path.encode() if isinstance(path, str) else path,
-                                  incoming.repo, determine_wants=wants)
-            remote = {name.decode("utf-8", "replace")[len(prefix):]: sha.decode()
-                      for name, sha in result.refs.items()
-                      if name.startswith(prefix.encode()) and sha != ZERO}
-            accepted = check(incoming, remote) if remote else {}
-            if accepted:
-                self._take_objects(incoming)
-            return accepted
-
-    def push_refs(self, url: str, updates: dict[str, tuple[str | None, str]]) -> dict[str, str]:
-        """Move each remote ref ``name`` from its lease to ``new`` (``{name: (lease, new)}``)
-        in one push; returns ``{name: why}`` for those not moved (the remote moved on, or
-        its hook refused)."""
-        client, path = self._client(url)
-        moved: dict[str, str] = {}
-
-        def update_refs(refs: dict[Ref, ObjectID]) -> dict[Ref, ObjectID]:
-            out = {}
-            for name, (lease, new) in updates.items():
-                current = refs.get(Ref(name.encode()))
-                current_id = None if current in (None, ZERO) else current.decode()
-                if current_id == new:
-                    continue
-                if current_id != lease:
-                    moved[name] = "the remote's ref moved on: pull first"
-                    continue
-                out[Ref(name.encode())] = ObjectID(new.encode())
-            return out
-
-        def pack(have: Any, want: Any, *, ofs_delta: bool = False,
-                 progress: Any = None) -> Any:
-            return self.repo.object_store.generate_pack_data(have, want, ofs_delta=ofs_delta)
-
-        result = client.send_pack(path.encode() if isinstance(path, str) else path,
-                                  update_refs, pack)
-        for ref, status in (result.ref_status or {}).items():
-            if status is not None:
-                moved[ref.decode("utf-8", "replace")] = f"the remote refused it: {status}"
-        return moved
 
     @contextlib.contextmanager
     def _quarantine(self) -> Iterator[Self]:
         """A bare repository inside .git whose object store reads ours through alternates,
-        with our refs (so a fetch negotiates what we have); removed on the way out. Callers
-        hold the write lock, so a quarantine already there was left by a killed fetch."""
-        for stale in self.git_dir.glob(INCOMING_PREFIX + "*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        path = self.git_dir / f"{INCOMING_PREFIX}{os.getpid()}-{os.urandom(4).hex()}"
-        Repo.init_bare(str(path), mkdir=True, default_branch=b"main").close()
-        (path / "objects" / "info").mkdir(parents=True, exist_ok=True)
-        (path / "objects" / "info" / "alternates").write_text(
-            str((self.git_dir / "objects").resolve()) + "\n", encoding="utf-8")
+        flocked (on the directory itself) while in use, removed on the way out; the
+        quarantines of killed fetches are swept first (``sweep_quarantines``)."""
+        self.sweep_quarantines()
+        final = self.git_dir / f"{INCOMING_PREFIX}{os.getpid()}-{os.urandom(4).hex()}"
+        path = final.with_name(final.name + ".tmp")
+        path.mkdir()
         try:
-            incoming = type(self)(path)
-            incoming.repo.object_store.fsync_object_files = True
-            for name in (BRANCH.decode(), REMOTE_REF):
-                current = self.ref(name)
-                if current is not None:
-                    incoming.repo.refs[Ref(name.encode())] = ObjectID(current.encode())
-            try:
-                yield incoming
-            finally:
-                incoming.close()
+            with locking.directory(path):
+                os.rename(path, final)  # the flock goes with the directory
+                path = final
+                Repo.init_bare(str(path), mkdir=False, default_branch=b"main").close()
+                (path / "objects" / "info").mkdir(parents=True, exist_ok=True)
+                (path / "objects" / "info" / "alternates").write_text(
+                    str((self.git_dir / "objects").resolve()) + "\n", encoding="utf-8")
+                incoming = type(self)(path)
+                try:
+                    incoming.strict = True
+                    incoming.limits = self.limits
+                    yield incoming
+                finally:
+                    incoming.close()
         finally:
             shutil.rmtree(path, ignore_errors=True)
 
@@ -216,48 +326,120 @@ class TransportOps(RepoBase):
                     os.replace(obj, dst)
                     touched |= {str(dst.parent)} | created
         self._fsync_dirs(touched)
+        self.close_headers()
 
-    def fetch_with_git(self, url: str) -> str | None:
-        scratch = FETCHED_REF
-        out = gitcli.run(self.path, ["fetch", "--no-tags", "--no-write-fetch-head", "-q",
-                                     "--", url, f"+{BRANCH.decode()}:{scratch}"], timeout=600)
-        if out.returncode != 0:
-            if "couldn't find remote ref" in out.stderr:
-                return None
-            raise StoreError(f"git fetch failed: {out.stderr.strip()[:300]}",
-                             rule="remote.unreachable")
-        fetched = self.ref(scratch)
-        with contextlib.suppress(Exception):
-            self.repo.refs.remove_if_equals(Ref(scratch.encode()), None)
-        return fetched
+    # -- push -----------------------------------------------------------------------------
 
-    def push(self, url: str, lease: str | None, new: str) -> bool:
-        """Move the remote's main from ``lease`` to ``new``, only if it still is ``lease``
-        (the server's receive-pack checks the old value too). False when it moved on."""
-        client, path = self._client(url)
-        expected = ObjectID(lease.encode()) if lease else None
-        seen: dict[str, bool] = {"moved": False}
+    def _send(self, url: str, action: str, choose: Callable[[dict[str, str]],
+                                                             dict[str, str | None]]
+              ) -> tuple[dict[str, str | None], str]:
+        """One push: ``choose(remote refs)`` returns ``{name: new id}`` to send (after the
+        names were checked); returns the refused names with the remote's status, and what
+        the remote's hooks printed (sideband 2), cleaned for display."""
+        clock = Clock(self.limits.deadlines, action)
+        said = bytearray()
 
-        def update_refs(refs: dict[Ref, ObjectID]) -> dict[Ref, ObjectID]:
-            current = refs.get(BRANCH)
-            if current in (None, ZERO):
-                current = None
-            if current != expected:
-                seen["moved"] = True
-                return {}
-            return {BRANCH: ObjectID(new.encode())}
+        def progress(data: bytes) -> None:
+            clock.check()
+            if len(said) < _HOOK_TEXT_MAX:
+                said.extend(data[:_HOOK_TEXT_MAX - len(said)])
+
+        def update_refs(refs: Mapping[Ref, ObjectID]) -> dict[Ref, ObjectID]:
+            remote = check_advertised(refs, action)
+            out = {}
+            for name, new in choose(remote).items():
+                problem = layout.ref_name_problem(name)
+                if problem is not None:
+                    raise StoreError(f"{action}: {name!r} is not a ref to push: {problem}",
+                                     rule="store.bad_ref_name")
+                out[Ref(name.encode())] = ObjectID(new.encode()) if new else ZERO
+            return out
 
         def pack(have: Any, want: Any, *, ofs_delta: bool = False,
                  progress: Any = None) -> Any:
             return self.repo.object_store.generate_pack_data(have, want, ofs_delta=ofs_delta)
 
-        result = client.send_pack(path.encode() if isinstance(path, str) else path,
-                                  update_refs, pack)
+        try:
+            client, path = client_for(url, self._http_config(), clock, push=True)
+            result = client.send_pack(path.encode(), update_refs, pack, progress=progress)
+        except GitStateError:
+            raise
+        except Exception as exc:
+            if is_timeout(exc):
+                raise clock.timeout("stall") from exc
+            raise _unreachable(action, exc) from exc
+        statuses = {ref.decode("utf-8", "replace"): status
+                    for ref, status in (result.ref_status or {}).items()}
+        return statuses, _hook_text(bytes(said))
+
+    def push_refs(self, url: str, updates: dict[str, tuple[str | None, str]]) -> dict[str, str]:
+        """Move each remote ref ``name`` from its lease to ``new`` (``{name: (lease, new)}``)
+        in one push; returns ``{name: why}`` for those not moved (the remote moved on, or
+        its hook refused: then with what the hook said)."""
+        moved: dict[str, str] = {}
+
+        def choose(remote: dict[str, str]) -> dict[str, str | None]:
+            out: dict[str, str | None] = {}
+            for name, (lease, new) in updates.items():
+                current = remote.get(name)
+                if current == new:
+                    continue
+                if current != lease:
+                    moved[name] = "the remote's ref moved on: pull first"
+                    continue
+                out[name] = new
+            return out
+
+        statuses, said = self._send(url, "push", choose)
+        for ref, status in statuses.items():
+            if status is not None:
+                moved[ref] = f"the remote refused it: {status}" + (
+                    f"; the remote said: {said}" if said else "")
+        return moved
+
+    def push(self, url: str, lease: str | None, new: str) -> bool:
+        """Move the remote's main from ``lease`` to ``new``, only if it still is ``lease``
+        (the server's receive-pack checks the old value too). False when it moved on; a
+        refusal by the remote's hooks is a StoreError carrying what they printed."""
+        seen = {"moved": False}
+
+        def choose(remote: dict[str, str]) -> dict[str, str | None]:
+            if remote.get(layout.BRANCH) != lease:
+                seen["moved"] = True
+                return {}
+            return {layout.BRANCH: new}
+
+        statuses, said = self._send(url, "push", choose)
         if seen["moved"]:
             return False
-        status = (result.ref_status or {}).get(BRANCH)
+        status = statuses.get(layout.BRANCH)
         if status is None:
             return True
         if "hook" in status or "denied" in status:
-            raise StoreError(f"the remote refused the push: {status}", rule="remote.refused")
+            raise StoreError(f"the remote refused the push: {status}" + (
+                f"; the remote said: {said}" if said else ""), rule="remote.refused",
+                remote_said=said)
         return False  # the ref moved between the advertisement and the update: a lost race
+
+
+def _hook_text(data: bytes) -> str:
+    """What the remote printed, as plain visible text: its own lines (``remote:`` prefixes
+    and progress meters dropped), control characters shown escaped."""
+    from ..textsafe import visible
+
+    lines = []
+    for raw in data.replace(b"\r", b"\n").split(b"\n"):
+        line = raw.decode("utf-8", "replace").strip()
+        if line and not line.startswith(("Counting", "Compressing", "Writing", "Total")):
+            lines.append(visible(line))
+    return " | ".join(lines)[:_HOOK_TEXT_MAX]
+
+
+def limits_for(config: Config) -> Limits:
+    """config.toml's transfer settings as the store's :class:`Limits`."""
+    return Limits(
+        Deadlines(config.remote_connect_seconds, config.remote_stall_seconds,
+                  config.remote_total_seconds),
+        PackBounds(config.fetch_max_objects, config.fetch_max_bytes,
+                   config.fetch_max_inflated_bytes, layout.OBJECT_MAX_BYTES),
+        {"runs": config.pull_max_new_runs, "journals": config.pull_max_new_journals})
