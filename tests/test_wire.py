@@ -448,6 +448,19 @@ def test_pull_refuses_what_git_fsck_would(world: tuple[Path, Path], transport: s
 
 
 @pytest.mark.parametrize("forgery", sorted(FORGERIES))
+def test_clone_refuses_what_git_fsck_would(world: tuple[Path, Path], tmp_path: Path,
+                                           forgery: str) -> None:
+    """clone checks from the root with the same rules, and leaves no directory."""
+    bare, _b = world
+    make, rule = FORGERIES[forgery]
+    _git(bare, "update-ref", "refs/heads/main", make(bare))
+    with HostileGitServer(bare) as url, pytest.raises(GitStateError) as err:
+        StateRepo.clone(url, tmp_path / "c")
+    assert _rule_of(err.value) == rule, err.value.message
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("forgery", sorted(FORGERIES))
 def test_the_hook_refuses_what_git_fsck_would(world: tuple[Path, Path], guarded: Path,
                                               forgery: str) -> None:
     """The real pre-receive hook names the same rule (receive.fsckObjects off: the hook is
