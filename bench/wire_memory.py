@@ -5,7 +5,9 @@
 * an honest pull of N new commits: gitstate's receiving (pack to a file, checked from its
   headers, indexed with bounded memory) side by side with dulwich's own ``client.fetch``;
 * the bombs: a blob that inflates to 3 GiB (3 MB sent) and the doubling-delta pack
-  (1.7 KB, 2 GiB after eleven deltas), refused from their headers.
+  (1.7 KB, 2 GiB after eleven deltas), refused from their headers;
+* the pre-receive hook (hooks/git/pre-receive, gitstate's part of a push) on a pushed
+  schema.yaml stored loose that inflates to 600 MiB.
 
     python bench/wire_memory.py [--quick]
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -24,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from gitstate.repo import StateRepo  # noqa: E402
 from tests.bombs import blob_bomb, doubling_deltas  # noqa: E402
+from tests.helpers import install_pre_receive  # noqa: E402
 from tests.hostile_git_server import HostileGitServer  # noqa: E402
 
 _GITSTATE = """
@@ -67,6 +71,64 @@ def child(script: str, agent: Path, url: str, mode: str = "pull") -> dict[str, o
     return result
 
 
+def _loose(repo: Path, header: bytes, body: bytes | None, stream: bytes = b"") -> str:
+    """A loose object written into ``repo`` (``stream``: deflated content after the header,
+    for one never built in memory; its name is then made up)."""
+    import hashlib
+    import zlib
+
+    sha = hashlib.sha1(header + (body or b"")).hexdigest()
+    if body is not None:
+        data = zlib.compress(header + body)
+    else:
+        head = zlib.compressobj(9, zlib.DEFLATED, -15)
+        data = b"\x78\xda" + head.compress(header) + head.flush(zlib.Z_FULL_FLUSH) + \
+            stream[2:-4] + b"\0\0\0\0"
+    path = repo / "objects" / sha[:2] / sha[2:]
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(data)
+    return sha
+
+
+def hook_bomb(tmp: Path, bare: Path) -> dict[str, object]:
+    """Peak memory of the real hook refusing a commit whose schema.yaml inflates to 600 MiB."""
+    from tests.bombs import zeros_stream
+
+    server = tmp / "guarded.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(bare), str(server)], check=True)
+    install_pre_receive(server, tmp)
+    base = subprocess.run(["git", "-C", str(server), "rev-parse", "main"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    state = subprocess.run(["git", "-C", str(server), "rev-parse", "main:working_state.json"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    schema = _loose(server, b"blob %d\0" % (600 << 20), None, zeros_stream(600 << 20))
+    entries = (b"100644 schema.yaml\0" + bytes.fromhex(schema) +
+               b"100644 working_state.json\0" + bytes.fromhex(state))
+    tree = _loose(server, b"tree %d\0" % len(entries), entries)
+    when = int(subprocess.run(["git", "-C", str(server), "log", "-1", "--format=%ct"],
+                              capture_output=True, text=True, check=True).stdout) + 60
+    body = (f"tree {tree}\nparent {base}\nauthor m <m@x> {when} +0000\ncommitter m <m@x> "
+            f"{when} +0000\n\nbomb\n\nGitstate-Op: set\n").encode()
+    commit = _loose(server, b"commit %d\0" % len(body), body)
+    # in a process of its own, so that the children's peak is the hook's alone
+    script = ("import json, resource, subprocess, sys, time\n"
+              "t = time.monotonic()\n"
+              "out = subprocess.run([sys.argv[1]], capture_output=True, text=True, "
+              "input=sys.argv[2])\n"
+              "print(json.dumps({'code': out.returncode, 'stderr': out.stderr, 'seconds': "
+              "time.monotonic() - t, 'peak': resource.getrusage(resource.RUSAGE_CHILDREN)"
+              ".ru_maxrss / 1024}))\n")
+    out = subprocess.run([sys.executable, "-c", script, str(server / "hooks" / "pre-receive"),
+                          f"{base} {commit} refs/heads/main\n"], capture_output=True,
+                         text=True, env={**os.environ, "GIT_DIR": str(server)}, cwd=server,
+                         check=True)
+    result = json.loads(out.stdout)
+    words = result["stderr"].split()
+    rule = next((w.strip("[]") for w in words if w.startswith("[")), "?")
+    return {"rule": rule if result["code"] else "accepted!", "seconds": result["seconds"],
+            "peak": result["peak"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer commits (CI smoke run)")
@@ -100,6 +162,7 @@ def main() -> None:
                        ("pull of the doubling-delta pack (1.7 KB, 2 GiB)", doubling_deltas())):
         with HostileGitServer(bare, edit=main_is_fake, pack=data) as url:
             rows.append((name, child(_GITSTATE, tmp / "b", url)))
+    rows.append(("the pre-receive hook on a 600 MiB loose schema.yaml", hook_bomb(tmp, bare)))
     base = float(rows[0][1]["peak"])  # type: ignore[arg-type]
     print(f"{'case':<52} {'peak RSS MiB':>12} {'x baseline':>10} {'seconds':>8}  result")
     for name, r in rows:
