@@ -258,6 +258,16 @@ def test_pack_bytes_per_fetch_are_bounded(world: tuple[Path, Path], setting: str
 
 _PULL_IN_A_CHILD = """
 import json, resource, sys, time
+def peak_mib():
+    # VmHWM is this process's own high-water mark; ru_maxrss survives exec and would
+    # report the forking parent's size (a pytest worker of 350 MiB, say)
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 from gitstate.errors import GitStateError
 from gitstate.repo import StateRepo
 started = time.monotonic()
@@ -269,7 +279,7 @@ with StateRepo(sys.argv[1]) as repo:
     except GitStateError as exc:
         rule = exc.rule
 print(json.dumps({"rule": rule, "seconds": time.monotonic() - started,
-                  "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "peak_mib": peak_mib()}))
 """
 
 
