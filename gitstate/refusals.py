@@ -9,9 +9,15 @@ lock (``.git/gitstate-refusals.flock``), never main's: a refusal storm does not 
 main's writers, nor they behind it.
 
 Retention: a generation holds at most :data:`RETAIN` records. The record after that starts a
-new chain (a root commit) and the full one moves to ``refs/gitstate/refusals-previous``,
-replacing the generation before it, which git's gc then drops. So the journal keeps the last
-``RETAIN`` to ``2 * RETAIN`` refusals, in at most two chains.
+new chain (a root commit whose ``Gitstate-Previous`` trailer names the full chain's head)
+and the full one moves to ``refs/gitstate/refusals-previous``, replacing the generation
+before it, which git's gc then drops. So the journal keeps the last ``RETAIN`` to
+``2 * RETAIN`` refusals, in at most two chains.
+
+From elsewhere (a pull, a push to the server) a journal only grows: :func:`check_update`
+takes a fast-forward, or a new generation whose root names the head held so far, and each
+record's fields by the input rules (:func:`field_problem`); readers skip a record that fails
+them as damaged, with the problem named.
 
 Recording is best effort by design: a refusal is answered to the caller whether or not the
 journal could be written (a full disk must not turn a clean refusal into a crash), and a
@@ -23,13 +29,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import locking, secretscan
-from .errors import Refused
+from . import locking, secretscan, textsafe
+from .errors import InvalidInput, Refused
+from .rules import check_key
 from .trailers import encode_json
 
 if TYPE_CHECKING:
@@ -49,6 +57,10 @@ RETAIN = 10_000
 FIELDS = ("time", "rule", "op", "key", "attempted", "expected", "head_value", "actor",
           "writer", "reason", "request_id", "run_id", "message")
 _TEXT_MAX = 2000
+PREVIOUS_TRAILER = "Gitstate-Previous: "  # on a new generation's root: the full chain's head
+_NAME_RE = re.compile(r"[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)*")  # rules and ops, as errors.py names
+_RUN_KEY_RE = re.compile(r"runs/[A-Za-z0-9._-]{1,64}")
+_TEXTS = ("actor", "writer", "reason", "request_id", "run_id", "message")
 WITHHELD = "[withheld: refused as a secret]"
 _BASELINE_ENV = "GITSTATE_BENCH_NO_REFUSAL_JOURNAL"
 
@@ -78,22 +90,28 @@ def record(store: GitStore, identity: bytes, **fields: Any) -> str | None:
     """Append one refusal; returns its commit (None when it could not be written)."""
     if os.environ.get(_BASELINE_ENV):  # bench/refusal_storm.py's baseline: no journal
         return None
-    entry = {name: _clip(withhold(name, fields)) for name in FIELDS}
+    kept = {name: withhold(name, fields) for name in FIELDS}
+    for name in (*_TEXTS, "key"):  # a hidden character is kept, shown (field_problem)
+        if isinstance(kept[name], str) and not _plain(kept[name]):
+            kept[name] = textsafe.visible(kept[name])
+    entry = {name: _clip(value) for name, value in kept.items()}
     entry["time"] = entry["time"] or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     try:
         with locking.exclusive(store.git_dir / "gitstate-refusals.flock"):
             head = store.ref(REF)
             seq = _seq(store, head) + 1 if head else 1
+            previous = None
             if seq > RETAIN:  # a new generation: the full one becomes the previous
                 store.move_ref(PREVIOUS, store.ref(PREVIOUS), head)
                 store.move_ref(REF, head, None)
-                head, seq = None, 1
+                previous, head, seq = head, None, 1
             data = (json.dumps(entry, ensure_ascii=False, indent=2, sort_keys=True)
                     + "\n").encode()
             summary = f"refused {entry['op'] or 'write'} of {entry['key'] or '-'}: " \
                       f"{entry['rule']}"
             message = (summary.replace("\n", " ")[:200] + "\n\nGitstate-Refusal: "
-                       + encode_json(entry) + f"\nGitstate-Seq: {seq}\n").encode()
+                       + encode_json(entry) + f"\nGitstate-Seq: {seq}\n"
+                       + (f"{PREVIOUS_TRAILER}{previous}\n" if previous else "")).encode()
             when = int(datetime.fromisoformat(str(entry["time"]).replace("Z", "+00:00"))
                        .timestamp())
             commit = store.commit(head, {FILE: data}, message, identity, when, ref=REF)
@@ -113,12 +131,56 @@ def _seq(store: GitStore, head: str) -> int:
     return 0
 
 
+def _plain(text: str) -> bool:
+    """The text rules' test: nothing hidden; line breaks and tabs are text (a reason)."""
+    return textsafe.plain(text.replace("\n", " ").replace("\t", " "))
+
+
+def field_problem(entry: dict[str, Any]) -> str | None:
+    """What in a record gitstate would not have written (None when nothing): the time is
+    ISO 8601, the rule and the op are rule names, the key is a key (or ``runs/<id>``; any
+    text under a ``key.*`` or ``secret.*`` rule, which refused the key itself), and the
+    texts are bounded and hide nothing (``textsafe.plain``, line breaks allowed), as
+    :func:`record` keeps them."""
+    when = entry.get("time")
+    try:
+        if not isinstance(when, str):
+            raise ValueError
+        datetime.fromisoformat(when.replace("Z", "+00:00"))
+    except ValueError:
+        return f"time {str(when)[:40]!r} is not an ISO 8601 time"
+    for name in ("rule", "op"):
+        value = entry.get(name)
+        if not (value is None and name == "op") and not (
+                isinstance(value, str) and len(value) <= 100 and _NAME_RE.fullmatch(value)):
+            return f"{name} {str(value)[:40]!r} is not a rule name"
+    key, rule = entry.get("key"), str(entry.get("rule"))
+    if key is not None and not rule.startswith(("key.", "secret.")):
+        try:
+            if not (isinstance(key, str) and _RUN_KEY_RE.fullmatch(key)):
+                check_key(key)
+        except InvalidInput as exc:
+            return f"key: {exc.message}"
+    for name in (*_TEXTS, "key"):
+        value = entry.get(name)
+        if isinstance(value, dict) and list(value) == ["clipped"]:  # as _clip cuts it
+            value = value["clipped"]
+        if value is not None and not (isinstance(value, str) and len(value) <= _TEXT_MAX
+                                      and _plain(value)):
+            return f"{name} is not a plain bounded text"
+    return None
+
+
 def parse(message: bytes) -> dict[str, Any]:
-    """The record a journal commit carries (ValueError when it is not one)."""
+    """The record a journal commit carries (ValueError naming what is wrong when it is
+    not one gitstate would write)."""
     for line in message.decode("utf-8").splitlines():
         if line.startswith("Gitstate-Refusal: "):
             entry = json.loads(line[18:])
             if isinstance(entry, dict) and set(entry) == set(FIELDS):
+                problem = field_problem(entry)
+                if problem is not None:
+                    raise ValueError(f"[refusals.bad_record] {problem}")
                 return entry
     raise ValueError("not a refusal record")
 
@@ -128,8 +190,9 @@ def _chain(store: GitStore, ref: str, origin: str) -> Iterator[dict[str, Any]]:
     for info in store.walk(head) if head else ():
         try:
             yield {"commit": info.id, "origin": origin, **parse(info.message)}
-        except ValueError:
-            yield {"commit": info.id, "origin": origin, "damaged": True, "time": ""}
+        except ValueError as exc:
+            yield {"commit": info.id, "origin": origin, "damaged": True, "time": "",
+                   "problem": str(exc)}
 
 
 def entries(store: GitStore) -> Iterator[dict[str, Any]]:
@@ -188,6 +251,35 @@ def check_chain(store: GitStore, head: str) -> list[str]:
     return out
 
 
+def _root_names(store: GitStore, root: str) -> str | None:
+    """The previous chain's head a new generation's root names (None when none)."""
+    for line in store.commit_info(root).message.decode("utf-8", "replace").splitlines():
+        if line.startswith(PREVIOUS_TRAILER):
+            return line[len(PREVIOUS_TRAILER):].strip()
+    return None
+
+
+def check_update(store: GitStore, old: str | None, new: str) -> list[str]:
+    """A journal from elsewhere moving from ``old`` (None: first seen) to ``new``, as a
+    pull takes it and the pre-receive hook accepts it: every record checked
+    (:func:`check_chain`), and the journal only grows: ``old`` is in ``new``'s chain, or
+    ``new`` is a new generation whose root names ``old`` as the chain it follows. A force
+    push replacing records, even by one root commit, is refused (``refusals.rewritten``)."""
+    out = check_chain(store, new)
+    if out or old is None or old == new:
+        return out
+    root = new
+    for info in store.walk(new):
+        if info.id == old:
+            return []
+        root = info.id
+    if _root_names(store, root) == old:
+        return []
+    return [f"[refusals.rewritten] {new[:12]} does not continue {old[:12]}: a journal only "
+            f"grows (a fast-forward, or a new generation whose root names {old[:12]} in "
+            f"its {PREVIOUS_TRAILER.strip()} trailer)"]
+
+
 def push(store: GitStore, url: str,
          lock: Callable[[], AbstractContextManager[None]]) -> str | None:
     """Send this clone's journal to the remote as refusals/<origin>; None when done. The
@@ -198,6 +290,18 @@ def push(store: GitStore, url: str,
     if head is None or head == seen:
         return None
     name = REMOTE_PREFIX + origin_id(store.git_dir)
+    previous = store.ref(PREVIOUS)
+    if seen is not None and previous not in (None, seen) and \
+            seen not in {i.id for i in store.walk(head)} and \
+            seen in {i.id for i in store.walk(previous)}:
+        # a new generation since the last push: the full chain's end first, so the root
+        # of the new one names the head the remote holds
+        refused = store.push_refs(url, {name: (seen, previous)})
+        if name in refused:
+            return refused[name]
+        with lock():
+            store.move_ref(TRACKING, seen, previous)
+        seen = previous
     refused = store.push_refs(url, {name: (seen, head)})
     if name in refused:
         return refused[name]
@@ -219,7 +323,7 @@ def pull(store: GitStore, url: str, *,
         for name, head in remote.items():
             if name == mine or len(name) != 16 or store.ref(PULLED_PREFIX + name) == head:
                 continue
-            problems = check_chain(incoming, head)
+            problems = check_update(incoming, store.ref(PULLED_PREFIX + name), head)
             if problems:
                 raise Refused(f"the remote's refusal journal {name} is not one gitstate "
                               f"wrote: {problems[0]}", rule="remote.refusals_invalid")

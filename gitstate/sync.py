@@ -335,7 +335,7 @@ def clone(url: str, agent_dir: Path) -> str:
 def verify_push(git_dir: Path, old: str, new: str, ref: str) -> list[str]:
     """What a pre-receive hook runs for one ref update in a (bare) server repository."""
     from .ledger import PREFIX as RUNS
-    from .refusals import REMOTE_PREFIX, check_chain
+    from .refusals import REMOTE_PREFIX, check_update
     from .runsync import verify_pushed
 
     zero = ZERO.decode()
@@ -356,8 +356,9 @@ def verify_push(git_dir: Path, old: str, new: str, ref: str) -> list[str]:
         store.use_quarantine(quarantine)
     store.strict = True  # pushed objects: sizes from headers, trees and commits by fsck
     try:
-        if journal:  # a new generation starts a new chain: not a fast-forward, accepted
-            return [f"{ref}: {p}" for p in check_chain(store, new)]
+        if journal:  # grows only: a fast-forward, or a new generation naming the old head
+            return [f"{ref}: {p}" for p in check_update(store, None if old == zero else old,
+                                                        new)]
         if ref != BRANCH:
             return verify_pushed(store, ref, None if old == zero else old,
                                  None if new == zero else new)

@@ -204,3 +204,158 @@ def test_verify_names_a_journal_record_gitstate_did_not_write(repo: StateRepo) -
     report, _ = json.JSONDecoder().raw_decode(out.stdout)
     failed = {c["check"] for c in report["checks"] if not c["ok"]}
     assert out.returncode == 1 and failed == {"refusals"}
+
+
+def _forge(repo_dir: Path, parent: str | None, previous: str | None = None,
+           **fields: object) -> str:
+    """A journal commit built as an attacker would, with git: a well-formed record (the
+    tree equal to its trailer) whose values are the attacker's."""
+    entry: dict[str, object] = dict.fromkeys(refusals.FIELDS)
+    entry.update({"time": "2026-01-01T00:00:00Z", "rule": "cas.mismatch", "op": "set",
+                  "key": "stop_loss.2317", "reason": "forged"}, **fields)
+    blob = git(repo_dir, "hash-object", "-w", "--stdin",
+               input=json.dumps(entry, sort_keys=True)).stdout.strip()
+    tree = git(repo_dir, "mktree", input=f"100644 blob {blob}\trefusal.json\n").stdout.strip()
+    message = ("refused\n\nGitstate-Refusal: " + json.dumps(entry, sort_keys=True)
+               + "\nGitstate-Seq: 1\n"
+               + (f"{refusals.PREVIOUS_TRAILER}{previous}\n" if previous else ""))
+    return git(repo_dir, "-c", "user.name=x", "-c", "user.email=x@x", "commit-tree", tree,
+               *(["-p", parent] if parent else []), "-m", message).stdout.strip()
+
+
+def _ref(repo_dir: Path, ref: str) -> str:
+    return git(repo_dir, "rev-parse", "--verify", "-q", ref).stdout.strip()
+
+
+@pytestmark_git
+def test_the_hook_keeps_a_journal_growing_only(tmp_path: Path) -> None:
+    """A force push replacing the records by one forged root commit is refused; a
+    fast-forward and a new generation whose root names the old head are taken."""
+    bare = _bare(tmp_path)
+    install_pre_receive(bare, tmp_path)
+    a = StateRepo.init(tmp_path / "a")
+    a.set("stop_loss.2317", 262, "rule")
+    _refuse(a, 3)
+    name = refusals.REMOTE_PREFIX + refusals.origin_id(a.store.git_dir)
+    assert git(a.state_dir, "push", str(bare), "main", f"{refusals.REF}:{name}").returncode == 0
+    held = _ref(bare, name)
+    root = _forge(a.state_dir, None)
+    out = git(a.state_dir, "push", "--force", str(bare), f"{root}:{name}")
+    assert out.returncode != 0 and "[refusals.rewritten]" in out.stderr, out.stderr
+    elsewhere = _forge(a.state_dir, None, previous=root)  # names a head the server never had
+    out = git(a.state_dir, "push", "--force", str(bare), f"{elsewhere}:{name}")
+    assert out.returncode != 0 and "[refusals.rewritten]" in out.stderr, out.stderr
+    assert _ref(bare, name) == held
+    assert git(bare, "cat-file", "-e", root).returncode != 0  # nothing kept
+    grown = _forge(a.state_dir, held)
+    assert git(a.state_dir, "push", str(bare), f"{grown}:{name}").returncode == 0
+    generation = _forge(a.state_dir, None, previous=grown)
+    out = git(a.state_dir, "push", "--force", str(bare), f"{generation}:{name}")
+    assert out.returncode == 0, out.stderr
+    a.close()
+
+
+@pytestmark_git
+@pytest.mark.parametrize("bad", [{"time": "yesterday"}, {"time": 7}, {"rule": "X;rm -rf"},
+                                 {"op": "set\nGitstate-Seq: 9"}, {"key": "../../x"},
+                                 {"reason": "ok\u202egnp.exe"}, {"actor": "a" * 3000}])
+def test_forged_record_values_are_refused_by_hook_and_pull(tmp_path: Path,
+                                                           bad: dict[str, object]) -> None:
+    bare = _bare(tmp_path)
+    install_pre_receive(bare, tmp_path)
+    a = StateRepo.init(tmp_path / "a")
+    a.set("stop_loss.2317", 262, "rule")
+    a.store.set_remote_url(str(bare))
+    a.push()
+    b = StateRepo.clone(str(bare), tmp_path / "b")
+    forged = _forge(a.state_dir, None, **bad)
+    name = refusals.REMOTE_PREFIX + "0123456789abcdef"
+    out = git(a.state_dir, "push", str(bare), f"{forged}:{name}")
+    assert out.returncode != 0 and "[refusals.bad_record]" in out.stderr, out.stderr
+    assert _ref(bare, name) == ""
+    # the same record placed on the server behind the hook's back: pull refuses it
+    forged = _forge(bare, None, **bad)
+    assert git(bare, "update-ref", name, forged).returncode == 0
+    with pytest.raises(GitStateError) as exc:
+        b.pull()
+    assert exc.value.rule == "remote.refusals_invalid" and "bad_record" in exc.value.message
+    assert b.store.ref(refusals.PULLED_PREFIX + "0123456789abcdef") is None
+    assert git(b.state_dir, "cat-file", "-e", forged).returncode != 0  # nothing kept
+    a.close()
+    b.close()
+
+
+@pytestmark_git
+def test_pull_refuses_a_rewritten_journal(tmp_path: Path) -> None:
+    bare = _bare(tmp_path)
+    a = StateRepo.init(tmp_path / "a")
+    a.set("stop_loss.2317", 262, "rule")
+    a.store.set_remote_url(str(bare))
+    _refuse(a, 2)
+    a.push()
+    b = StateRepo.clone(str(bare), tmp_path / "b")
+    b.pull()
+    origin = refusals.origin_id(a.store.git_dir)
+    held = b.store.ref(refusals.PULLED_PREFIX + origin)
+    assert held is not None
+    root = _forge(a.state_dir, None)
+    git(a.state_dir, "push", "--force", str(bare), f"{root}:{refusals.REMOTE_PREFIX}{origin}")
+    with pytest.raises(GitStateError) as exc:
+        b.pull()
+    assert exc.value.rule == "remote.refusals_invalid" and "rewritten" in exc.value.message
+    assert b.store.ref(refusals.PULLED_PREFIX + origin) == held
+    a.close()
+    b.close()
+
+
+@pytestmark_git
+def test_a_new_generation_travels_with_push_and_pull(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Honest rollover: push sends the full chain's end, then the new root naming it; the
+    hook takes both, and a clone holding that head pulls the new generation."""
+    monkeypatch.setattr(refusals, "RETAIN", 3)
+    bare = _bare(tmp_path)
+    install_pre_receive(bare, tmp_path)
+    a = StateRepo.init(tmp_path / "a")
+    a.set("stop_loss.2317", 262, "rule")
+    a.store.set_remote_url(str(bare))
+    _refuse(a, 2)
+    a.push()
+    b = StateRepo.clone(str(bare), tmp_path / "b")
+    b.pull()
+    _refuse(a, 3)  # the third record of the chain, then a new generation of two
+    assert a.store.ref(refusals.PREVIOUS) is not None
+    a.push()  # the full chain's end, then the new root naming it: the hook takes both
+    name = refusals.REMOTE_PREFIX + refusals.origin_id(a.store.git_dir)
+    assert _ref(bare, name) == a.store.ref(refusals.REF)
+    _refuse(a, 1)
+    a.push()
+    c = StateRepo.clone(str(bare), tmp_path / "c")
+    c.pull()  # c holds the new generation; a later one naming its head is taken
+    _refuse(a, 2)
+    a.push()
+    c.pull()
+    assert c.store.ref(refusals.PULLED_PREFIX + refusals.origin_id(a.store.git_dir)) == \
+        a.store.ref(refusals.REF)
+    assert refusals.problems(c.store) == []
+    c.close()
+    a.close()
+    b.close()
+
+
+@pytestmark_git
+def test_every_reader_survives_a_bad_record(repo: StateRepo, tmp_path: Path) -> None:
+    """A record with a bad time on this clone's own journal (written behind gitstate's
+    back): log, log --since, run stats and the html report name it, never a traceback."""
+    repo.set("stop_loss.2317", 262, "rule")
+    _refuse(repo, 1)
+    bad = _forge(repo.state_dir, repo.store.ref(refusals.REF), time="not a time")
+    git(repo.state_dir, "update-ref", refusals.REF, bad)
+    damaged = [e for e in refusals.entries(repo.store) if e.get("damaged")]
+    assert len(damaged) == 1 and "not an ISO 8601 time" in damaged[0]["problem"]
+    for args in (["log", "--refused"], ["log", "--refused", "--since", "2000-01-01T00:00:00Z"],
+                 ["run", "stats"], ["report", "--html", str(tmp_path / "html")]):
+        out = run_cli(*args, agent_dir=repo.agent_dir)
+        assert out.returncode == 0 and "Traceback" not in out.stdout + out.stderr, (args, out)
+    out = run_cli("log", "--refused", agent_dir=repo.agent_dir)
+    assert "[cas.mismatch]" in out.stdout and "not an ISO 8601 time" in out.stderr

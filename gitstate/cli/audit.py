@@ -85,7 +85,11 @@ def _refused_log(obj: Ctx, key: str | None, limit: int | None, since: str | None
     shown_n = 0
     with obj.repo() as repo:
         for rec in refusals.entries(repo.store):
-            if rec.get("damaged") or (key is not None and rec.get("key") != key):
+            if rec.get("damaged"):  # named, then left out: its fields are not trusted
+                click.echo(f"warning: refusal record {rec['commit'][:12]} skipped: "
+                           f"{rec.get('problem') or 'not a refusal record'}", err=True)
+                continue
+            if key is not None and rec.get("key") != key:
                 continue
             if moment is not None and parse_time(rec["time"]) < moment:
                 break  # newest first
