@@ -620,3 +620,34 @@ def test_the_cli_names_the_rule_and_exits_3(world: tuple[Path, Path], tmp_path: 
         _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 3, err
     assert "Traceback" not in err and rule in err, err
+
+
+# -- refusal journals: grow only, records by value ---------------------------------------------
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("attack", ["rewritten", "bad_time"])
+def test_pull_refuses_a_rewritten_or_forged_journal(world: tuple[Path, Path], transport: str,
+                                                    attack: str) -> None:
+    """A server replacing A's journal (that B already holds) by one well-formed root
+    commit, or offering a record whose time is not a time: refused, nothing kept."""
+    from tests.test_refusals import _forge
+
+    bare, b = world
+    with StateRepo(b) as repo:
+        repo.pull()  # B holds A's journal
+    [(name, _held)] = [line.split() for line in _git(
+        bare, "for-each-ref", "--format=%(refname) %(objectname)",
+        "refs/gitstate/refusals/").splitlines()]
+    if attack == "rewritten":
+        _git(bare, "update-ref", name, _forge(bare, None))
+    else:
+        name = "refs/gitstate/refusals/00000000000000aa"
+        _git(bare, "update-ref", name, _forge(bare, None, time="last tuesday"))
+    before = Snapshot(b)
+    with served(transport, bare) as url, StateRepo(b) as repo:
+        repo.store.set_remote_url(url)
+        err = _refused(repo.pull, "remote.refusals_invalid")
+        repo.store.set_remote_url(str(bare))
+    assert ("refusals.rewritten" if attack == "rewritten" else "refusals.bad_record") \
+        in err.message
+    before.unchanged()
