@@ -300,7 +300,7 @@ class Ledger:
                                "replay_ok": 0, "replay_failed": [], "resumes": 0,
                                "approvals_waiting": 0, "lost_approvals": 0,
                                "stop_reasons": {}, "refused_by_rule": {},
-                               "stale_results_refused": 0}
+                               "stale_results_refused": 0, "refusals_damaged": []}
         for name, head in sorted(self.store.refs_under(PREFIX).items()):
             out["runs"] += 1
             problems = self.verify(name, head)
@@ -326,7 +326,10 @@ class Ledger:
                 out["stop_reasons"][stop] = out["stop_reasons"].get(stop, 0) + 1
                 out["approvals_waiting"] += state["awaiting_approval"] is not None
         for entry in refusals.entries(self.store):
-            if entry.get("op") == "run_event":
+            if entry.get("damaged"):  # counted nowhere else: its fields are not trusted
+                out["refusals_damaged"].append(f"{entry['commit'][:12]}: "
+                                               f"{entry.get('problem', 'not a record')}")
+            elif entry.get("op") == "run_event":
                 rule = entry["rule"]
                 out["refused_by_rule"][rule] = out["refused_by_rule"].get(rule, 0) + 1
                 out["stale_results_refused"] += rule == "run.stale"

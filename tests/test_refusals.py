@@ -5,14 +5,18 @@ and by the pre-receive hook; a storm from several processes loses nothing."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from gitstate import refusals
 from gitstate.errors import GitStateError
+from gitstate.htmlreport import slug
 from gitstate.repo import StateRepo
 from tests.helpers import GIT, assert_fsck_clean, git, install_pre_receive, run_cli
 
@@ -67,6 +71,7 @@ STORM = """
 import sys
 from gitstate.repo import StateRepo
 from gitstate.errors import GitStateError
+from gitstate.htmlreport import slug
 repo = StateRepo(sys.argv[1], writer="agent")
 for i in range(int(sys.argv[3])):
     try:
@@ -359,3 +364,18 @@ def test_every_reader_survives_a_bad_record(repo: StateRepo, tmp_path: Path) -> 
         assert out.returncode == 0 and "Traceback" not in out.stdout + out.stderr, (args, out)
     out = run_cli("log", "--refused", agent_dir=repo.agent_dir)
     assert "[cas.mismatch]" in out.stdout and "not an ISO 8601 time" in out.stderr
+    out = run_cli("run", "stats", agent_dir=repo.agent_dir)
+    assert f"damaged refusal record {bad[:12]}" in out.stdout, out.stdout
+    assert "not an ISO 8601 time" in out.stdout
+    proc = subprocess.Popen([sys.executable, "-m", "gitstate", "--agent-dir",
+                             str(repo.agent_dir), "serve", "--port", "0"], cwd=ROOT,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stderr is not None
+        base = proc.stderr.readline().split()[1]
+        for page in ("", f"keys/{slug('stop_loss.2317')}.html"):  # the key page lists refusals
+            with urllib.request.urlopen(base + page, timeout=10) as resp:
+                assert resp.status == 200 and "stop_loss.2317" in resp.read().decode()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)

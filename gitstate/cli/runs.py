@@ -161,6 +161,7 @@ def stats(obj: Ctx, as_json: bool) -> None:
                              ("stop reasons", "stop_reasons")):
             lines.append(f"{title}: " + (", ".join(f"{k} {v}" for k, v in
                                                    sorted(d[field].items())) or "none"))
+        lines += [f"damaged refusal record {p}" for p in d["refusals_damaged"]]
         return "\n".join(lines)
 
     emit(data, as_json, text)
