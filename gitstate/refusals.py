@@ -263,7 +263,8 @@ def check_update(store: GitStore, old: str | None, new: str) -> list[str]:
     """A journal from elsewhere moving from ``old`` (None: first seen) to ``new``, as a
     pull takes it and the pre-receive hook accepts it: every record checked
     (:func:`check_chain`), and the journal only grows: ``old`` is in ``new``'s chain, or
-    ``new`` is a new generation whose root names ``old`` as the chain it follows. A force
+    ``new`` is a new generation whose root names ``old`` as the chain it follows, and that
+    chain is full (a premature generation would hide the held records). A force
     push replacing records, even by one root commit, is refused (``refusals.rewritten``)."""
     out = check_chain(store, new)
     if out or old is None or old == new:
@@ -274,7 +275,11 @@ def check_update(store: GitStore, old: str | None, new: str) -> list[str]:
             return []
         root = info.id
     if _root_names(store, root) == old:
-        return []
+        held = sum(1 for _ in store.walk(old))
+        if held >= RETAIN:
+            return []
+        return [f"[refusals.rewritten] {new[:12]} starts a new generation after {held} "
+                f"records: a chain rolls over only when full ({RETAIN} records)"]
     return [f"[refusals.rewritten] {new[:12]} does not continue {old[:12]}: a journal only "
             f"grows (a fast-forward, or a new generation whose root names {old[:12]} in "
             f"its {PREVIOUS_TRAILER.strip()} trailer)"]

@@ -234,8 +234,9 @@ def _ref(repo_dir: Path, ref: str) -> str:
 
 @pytestmark_git
 def test_the_hook_keeps_a_journal_growing_only(tmp_path: Path) -> None:
-    """A force push replacing the records by one forged root commit is refused; a
-    fast-forward and a new generation whose root names the old head are taken."""
+    """A force push replacing the records by one forged root commit is refused, and so is
+    a new generation naming a head the server never had, or naming the held head before
+    its chain is full; a fast-forward is taken."""
     bare = _bare(tmp_path)
     install_pre_receive(bare, tmp_path)
     a = StateRepo.init(tmp_path / "a")
@@ -254,9 +255,11 @@ def test_the_hook_keeps_a_journal_growing_only(tmp_path: Path) -> None:
     assert git(bare, "cat-file", "-e", root).returncode != 0  # nothing kept
     grown = _forge(a.state_dir, held)
     assert git(a.state_dir, "push", str(bare), f"{grown}:{name}").returncode == 0
-    generation = _forge(a.state_dir, None, previous=grown)
-    out = git(a.state_dir, "push", "--force", str(bare), f"{generation}:{name}")
-    assert out.returncode == 0, out.stderr
+    # a generation naming the held head, before the chain is full: it would hide them
+    early = _forge(a.state_dir, None, previous=grown)
+    out = git(a.state_dir, "push", "--force", str(bare), f"{early}:{name}")
+    assert out.returncode != 0 and "rolls over only when full" in out.stderr, out.stderr
+    assert _ref(bare, name) == grown
     a.close()
 
 
@@ -316,11 +319,10 @@ def test_pull_refuses_a_rewritten_journal(tmp_path: Path) -> None:
 @pytestmark_git
 def test_a_new_generation_travels_with_push_and_pull(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """Honest rollover: push sends the full chain's end, then the new root naming it; the
-    hook takes both, and a clone holding that head pulls the new generation."""
-    monkeypatch.setattr(refusals, "RETAIN", 3)
+    """Honest rollover: push sends the full chain's end, then the new root naming it, and a
+    clone holding that head pulls the new generation (check_update, as the hook runs it)."""
+    monkeypatch.setattr(refusals, "RETAIN", 3)  # in this process; the hook would hold 10,000
     bare = _bare(tmp_path)
-    install_pre_receive(bare, tmp_path)
     a = StateRepo.init(tmp_path / "a")
     a.set("stop_loss.2317", 262, "rule")
     a.store.set_remote_url(str(bare))
@@ -330,7 +332,7 @@ def test_a_new_generation_travels_with_push_and_pull(tmp_path: Path,
     b.pull()
     _refuse(a, 3)  # the third record of the chain, then a new generation of two
     assert a.store.ref(refusals.PREVIOUS) is not None
-    a.push()  # the full chain's end, then the new root naming it: the hook takes both
+    a.push()  # the full chain's end, then the new root naming it
     name = refusals.REMOTE_PREFIX + refusals.origin_id(a.store.git_dir)
     assert _ref(bare, name) == a.store.ref(refusals.REF)
     _refuse(a, 1)
