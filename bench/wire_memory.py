@@ -26,22 +26,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gitstate.repo import StateRepo  # noqa: E402
-from tests.bombs import blob_bomb, doubling_deltas  # noqa: E402
+from tests.bombs import PEAK_MIB, blob_bomb, doubling_deltas  # noqa: E402
 from tests.helpers import install_pre_receive  # noqa: E402
 from tests.hostile_git_server import HostileGitServer  # noqa: E402
 
-_GITSTATE = """
+_GITSTATE = PEAK_MIB + """
 import json, resource, sys, time
-def peak_mib():
-    # VmHWM is this process's own high-water mark; ru_maxrss survives exec and would
-    # report the forking parent's size (a pytest worker of 350 MiB, say)
-    try:
-        for line in open("/proc/self/status"):
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 from gitstate.errors import GitStateError
 from gitstate.repo import StateRepo
 started = time.monotonic()
@@ -60,18 +50,8 @@ print(json.dumps({"rule": rule, "seconds": time.monotonic() - started,
                   "peak": peak_mib()}))
 """
 
-_DULWICH = """
+_DULWICH = PEAK_MIB + """
 import json, resource, sys, tempfile, time
-def peak_mib():
-    # VmHWM is this process's own high-water mark; ru_maxrss survives exec and would
-    # report the forking parent's size (a pytest worker of 350 MiB, say)
-    try:
-        for line in open("/proc/self/status"):
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 from dulwich.client import get_transport_and_path
 from dulwich.repo import Repo
 started = time.monotonic()

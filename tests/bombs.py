@@ -108,3 +108,18 @@ def doubling_deltas(base: int = MIB, doublings: int = 11) -> bytes:
         offsets.append(offset)
         size *= 2
     return pack(entries)
+
+
+# Source of ``peak_mib()`` for the child scripts that measure a pull in a fresh process.
+PEAK_MIB = """import resource
+def peak_mib():
+    # VmHWM is this process's own high-water mark; ru_maxrss survives exec and would
+    # report the forking parent's size (a pytest worker of 350 MiB, say)
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+"""

@@ -26,7 +26,7 @@ from gitstate.model import State
 from gitstate.replay import apply_change
 from gitstate.repo import StateRepo
 from gitstate.trailers import Change
-from tests.bombs import blob_bomb, doubling_deltas, entry_header, pack, zeros_stream
+from tests.bombs import PEAK_MIB, blob_bomb, doubling_deltas, entry_header, pack, zeros_stream
 from tests.forge import Forge
 from tests.helpers import GIT, install_pre_receive
 from tests.hostile_git_server import HostileGitServer, git_daemon, served, smart_http
@@ -256,18 +256,8 @@ def test_pack_bytes_per_fetch_are_bounded(world: tuple[Path, Path], setting: str
 
 # -- 3. sizes before bytes ---------------------------------------------------------------
 
-_PULL_IN_A_CHILD = """
+_PULL_IN_A_CHILD = PEAK_MIB + """
 import json, resource, sys, time
-def peak_mib():
-    # VmHWM is this process's own high-water mark; ru_maxrss survives exec and would
-    # report the forking parent's size (a pytest worker of 350 MiB, say)
-    try:
-        for line in open("/proc/self/status"):
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 from gitstate.errors import GitStateError
 from gitstate.repo import StateRepo
 started = time.monotonic()
