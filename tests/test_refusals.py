@@ -293,8 +293,8 @@ def test_forged_record_values_are_refused_by_hook_and_pull(tmp_path: Path,
     b.close()
 
 
-@pytestmark_git
-def test_pull_refuses_a_rewritten_journal(tmp_path: Path) -> None:
+def _journal_pulled(tmp_path: Path) -> tuple[Path, StateRepo, StateRepo]:
+    """A journal of two records pushed by ``a`` and pulled by its clone ``b``."""
     bare = _bare(tmp_path)
     a = StateRepo.init(tmp_path / "a")
     a.set("stop_loss.2317", 262, "rule")
@@ -303,6 +303,12 @@ def test_pull_refuses_a_rewritten_journal(tmp_path: Path) -> None:
     a.push()
     b = StateRepo.clone(str(bare), tmp_path / "b")
     b.pull()
+    return bare, a, b
+
+
+@pytestmark_git
+def test_pull_refuses_a_rewritten_journal(tmp_path: Path) -> None:
+    bare, a, b = _journal_pulled(tmp_path)
     origin = refusals.origin_id(a.store.git_dir)
     held = b.store.ref(refusals.PULLED_PREFIX + origin)
     assert held is not None
@@ -322,14 +328,7 @@ def test_a_new_generation_travels_with_push_and_pull(tmp_path: Path,
     """Honest rollover: push sends the full chain's end, then the new root naming it, and a
     clone holding that head pulls the new generation (check_update, as the hook runs it)."""
     monkeypatch.setattr(refusals, "RETAIN", 3)  # in this process; the hook would hold 10,000
-    bare = _bare(tmp_path)
-    a = StateRepo.init(tmp_path / "a")
-    a.set("stop_loss.2317", 262, "rule")
-    a.store.set_remote_url(str(bare))
-    _refuse(a, 2)
-    a.push()
-    b = StateRepo.clone(str(bare), tmp_path / "b")
-    b.pull()
+    bare, a, b = _journal_pulled(tmp_path)
     _refuse(a, 3)  # the third record of the chain, then a new generation of two
     assert a.store.ref(refusals.PREVIOUS) is not None
     a.push()  # the full chain's end, then the new root naming it
