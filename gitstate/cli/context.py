@@ -43,6 +43,42 @@ class Ctx:
         return StateRepo(self.agent_dir, writer="human")
 
 
+class ValueArgs(click.Command):
+    """A command whose arguments may be negative numbers or start with ``-``.
+
+    Click reads every ``-…`` word as an option, so ``set offset -5`` would fail with "No
+    such option '-5'". Here a word that is a negative number (``-5``, ``-0.25``) is an
+    argument, and so is the one word right after ``--`` (``set note -- -x``), with options
+    still allowed after it. The words are reordered (options, then ``--`` and the
+    arguments in their order) before click parses them, so click stays the one parser."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        takes_value = {name for p in self.params if isinstance(p, click.Option)
+                       and not p.is_flag and not p.count for name in p.opts}
+        options: list[str] = []
+        positional: list[str] = []
+        words = iter(args)
+        for word in words:
+            if word == "--":
+                positional.extend(w for w in [next(words, None)] if w is not None)
+            elif word in takes_value:
+                options.append(word)
+                options.extend(w for w in [next(words, None)] if w is not None)
+            elif word.startswith("-") and len(word) > 1 and not _NUMBER.fullmatch(word):
+                options.append(word)  # a flag, --opt=value, -rVALUE, or a typo click names
+            else:
+                positional.append(word)
+        try:
+            return super().parse_args(ctx, [*options, "--", *positional] if positional
+                                      else options)
+        except click.NoSuchOption as exc:
+            if exc.option_name.startswith("--"):
+                raise
+            raise click.UsageError(
+                f"{exc.message.rstrip('.')}; a value that starts with - follows --: "
+                f"`{ctx.command_path} KEY -- {exc.option_name} ...`", ctx) from None
+
+
 def parse_value(text: str, as_string: bool = False) -> Scalar:
     """CLI values: ``true``/``false`` are booleans, plain decimals (no leading zeros) are
     numbers, everything else is a string. ``--string`` keeps the text as it is."""

@@ -8,6 +8,7 @@ import click
 from ..errors import Refused, UsageError
 from .context import (
     Ctx,
+    ValueArgs,
     emit,
     finish,
     json_option,
@@ -31,7 +32,7 @@ def init(obj: Ctx, as_json: bool) -> None:
               f"initialised {repo.state_dir} (main at {head[:12]})")
 
 
-@click.command("set")
+@click.command("set", cls=ValueArgs)
 @click.argument("key")
 @click.argument("value", required=False)
 @click.option("--reason", "-r", required=True, help="Why: becomes the commit message.")
@@ -58,6 +59,8 @@ def set_(obj: Ctx, key: str, value: str | None, reason: str, ttl_hours: float | 
     gitstate set stop_loss.2317 262 --reason "break = exit" --ttl-hours 4.5
     gitstate set stop_loss.2317 257 --reason "review" --expect 262
     gitstate set facts --json-value '{"window_ok": true}' --reason "checked"
+    gitstate set offset -5 --reason "a negative number is a value, as it is"
+    gitstate set note -- -x --reason "any other VALUE starting with - follows --"
     """
     if (value is None) == (json_value is None):
         raise UsageError("give VALUE or --json-value JSON (one of them)", rule="usage.value")
