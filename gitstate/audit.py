@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import gitcli, safefile
 from .errors import GitStateError, HistoryRewritten, LockTimeout, StoreError, UsageError
-from .layout import TREE_FILES
-from .model import HISTORY_FILE, STATE_FILE, Handoff, State, format_time, parse_time
+from .layout import stray_files
+from .model import STATE_FILE, Handoff, State, format_time, parse_time
 from .projection import ChangeRecord, Mark, record
 from .replay import ReplayError, apply_change
 from .trailers import NotAGitstateCommit, parse_message
@@ -329,10 +329,7 @@ def _history_checks(repo: StateRepo, head: str, mark: Mark,
         "" if replay_ok else "HEAD's state was changed without matching trailers; find the "
         "commit with `gitstate log` and revert it"))
 
-    known = {".git", HISTORY_FILE, *TREE_FILES}
-    stray = sorted(p.name for p in repo.state_dir.iterdir()
-                   if p.name not in known and not (p.name.startswith(".") and
-                                                   p.name.endswith(".tmp")))
+    stray = stray_files(repo.state_dir)
     checks.append(Check("stray-files", not stray, ", ".join(stray[:10]),
                         "files gitstate neither wrote nor reads sit in the state directory "
                         "(a plain git tool might read them, e.g. a .gitconfig): remove them"

@@ -16,6 +16,8 @@ a path before that check passed.
 
 from __future__ import annotations
 
+import os
+
 VERSION = "0.1.0"  # the package version, the same as pyproject.toml's (a test checks)
 
 # -- the agent directory and the repository ------------------------------------------------
@@ -67,6 +69,16 @@ FILE_MODE = 0o100644
 
 # -- beside the tree, never committed (working tree) --------------------------------------
 HISTORY_FILE = "working_state_history.jsonl"  # the projection of the log (.git/info/exclude)
+
+
+
+def stray_files(state_dir: str | os.PathLike[str]) -> list[str]:
+    """Names in the state directory that gitstate neither writes nor reads (verify lists
+    them; init refuses a directory holding them)."""
+    known = {".git", HISTORY_FILE, *TREE_FILES}
+    return sorted(name for name in os.listdir(state_dir) if name not in known
+                  and not (name.startswith(".") and name.endswith(".tmp")))
+
 
 # -- inside .git ---------------------------------------------------------------------------
 LOCK_FILE = "gitstate.lock"  # the kernel write lock (flock)

@@ -21,8 +21,8 @@ from . import locking, maintenance, planners, requests, rules
 from .approval_api import ApprovalMethods
 from .config import LOCALES, Config, load_config, resolve_tz
 from .engine import WriteEngine, identity, tz_offset
-from .errors import InvalidInput, NotInitialized, StoreError, UsageError
-from .layout import STATE_DIR, STATE_FILE
+from .errors import InvalidInput, NotInitialized, Refused, StoreError, UsageError
+from .layout import STATE_DIR, STATE_FILE, stray_files
 from .maintree import MainTree
 from .model import EMPTY, State, Value, format_time
 from .planners import UNSET, Base, Expected, Observation, Plan
@@ -40,7 +40,7 @@ from .results import (
 )
 from .run_api import RunMethods
 from .schema import WRITERS, Schema, parse_schema
-from .store import GitStore
+from .store import GitStore, ref_names
 from .store.transport import limits_for
 from .sync import Remote, clone
 from .trailers import Change
@@ -447,6 +447,7 @@ def _create(state_dir: Path, config: Config, actor: str,
     """The repository and its first commit (directory lock held)."""
     from .githooks import install
 
+    _refuse_foreign(state_dir)
     store = GitStore.create(state_dir)
     try:
         install(store.git_dir)
@@ -467,3 +468,26 @@ def _create(state_dir: Path, config: Config, actor: str,
         store.close()
 
 
+
+
+def _refuse_foreign(state_dir: Path) -> None:
+    """init writes only into a new or empty directory or repository, or gitstate's own
+    (whose main holds working_state.json); anything else is refused before it is touched."""
+    refs = ref_names(state_dir / ".git") if (state_dir / ".git").is_dir() else []
+    if refs:
+        store = GitStore(state_dir)
+        try:
+            head = store.head()
+            if head is not None and store.read_file(head, STATE_FILE) is not None:
+                return
+        finally:
+            store.close()
+        what = f"a git repository with history of its own ({', '.join(refs[:3])})"
+    else:
+        stray = stray_files(state_dir)
+        if not stray:
+            return
+        what = f"a directory holding files that are not gitstate's ({', '.join(stray[:3])})"
+    raise Refused(f"{state_dir} is {what}; gitstate keeps an agent's state in a repository "
+                  "of its own and wrote nothing: give a new or empty agent directory "
+                  f"(--agent-dir DIR), or move {state_dir} aside", rule="init.not_gitstate")

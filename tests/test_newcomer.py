@@ -4,6 +4,7 @@ demo, hand edits that break the file, the MCP server run by hand, and small word
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from tests.helpers import run_cli
@@ -31,3 +32,37 @@ def test_a_negative_number_is_a_value(tmp_path: Path) -> None:
     out = run_cli("set", "note", "1", "--reasn", "r", agent_dir=tmp_path)
     assert out.returncode == 2 and "--reason" in out.stderr
     assert "set offset -5" in run_cli("set", "--help").stdout
+
+
+def _git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=u", "-c", "user.email=u@example.invalid", *args],
+                   cwd=cwd, check=True, capture_output=True)
+
+
+def test_init_refuses_a_repository_that_is_not_gitstates(tmp_path: Path) -> None:
+    """init into a git repository with history of its own, or a directory of other files,
+    is refused (exit 1, init.not_gitstate, naming what to do) and nothing is touched; an
+    empty repository, a new directory and gitstate's own repository still initialise."""
+    mine = tmp_path / "mine" / "state"
+    mine.mkdir(parents=True)
+    _git(mine, "init", "-q", "-b", "master")
+    (mine / "notes.txt").write_text("my work\n")
+    _git(mine, "add", "notes.txt")
+    _git(mine, "commit", "-qm", "my work")
+    before = sorted(p.relative_to(mine) for p in mine.rglob("*"))
+    out = run_cli("init", agent_dir=mine.parent)
+    assert out.returncode == 1 and "init.not_gitstate" in out.stderr, out.stderr
+    assert "refs/heads/master" in out.stderr and "--agent-dir" in out.stderr
+    assert sorted(p.relative_to(mine) for p in mine.rglob("*")) == before
+    files = tmp_path / "files" / "state"
+    files.mkdir(parents=True)
+    (files / "a.txt").write_text("x")
+    out = run_cli("init", agent_dir=files.parent)
+    assert out.returncode == 1 and "init.not_gitstate" in out.stderr and "a.txt" in out.stderr
+    empty = tmp_path / "empty" / "state"
+    empty.mkdir(parents=True)
+    _git(empty, "init", "-q")
+    for agent in (empty.parent, tmp_path / "new", empty.parent):  # the last: gitstate's own
+        out = run_cli("init", agent_dir=agent)
+        assert out.returncode == 0, out.stderr
+    assert run_cli("verify", agent_dir=empty.parent).returncode == 0

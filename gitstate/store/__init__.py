@@ -26,14 +26,14 @@ from __future__ import annotations
 
 from .base import BRANCH, ZERO, CommitInfo, WorktreeStatus
 from .commits import CommitOps
-from .fs import atomic_write, git_blob_id
+from .fs import atomic_write, git_blob_id, ref_names
 from .packs import PackOps
 from .transport import TransportOps
 from .trees import TreeOps
 from .worktree import WorktreeOps
 
 __all__ = ["BRANCH", "ZERO", "CommitInfo", "GitStore", "WorktreeStatus", "atomic_write",
-           "git_blob_id"]
+           "git_blob_id", "ref_names"]
 
 
 class GitStore(WorktreeOps, TransportOps, PackOps, TreeOps, CommitOps):

@@ -60,6 +60,22 @@ def holds_data(git_dir: Path) -> bool:
     return (git_dir / "packed-refs").exists()
 
 
+def ref_names(git_dir: Path) -> list[str]:
+    """The names of the refs a git directory holds, loose and packed (no dulwich: used
+    before a directory is known to be a repository gitstate may open)."""
+    names = {os.path.relpath(os.path.join(root, f), git_dir)
+             for root, _dirs, files in os.walk(git_dir / "refs") for f in files}
+    try:
+        packed = safefile.read_regular(git_dir / "packed-refs", 1 << 24)
+    except OSError:
+        packed = b""
+    for line in packed.splitlines():
+        fields = line.split(b" ", 1)
+        if len(fields) == 2 and line[:1] not in (b"#", b"^"):
+            names.add(fields[1].decode("utf-8", "replace"))
+    return sorted(names)
+
+
 def created_dirs(dirs: set[str]) -> set[str]:
     """The parents whose entries a write will add, called before the write: for each
     directory in ``dirs`` that does not exist yet, its parent (and so on up the missing
