@@ -336,7 +336,9 @@ def _history_checks(repo: StateRepo, head: str, mark: Mark,
                         if stray else ""))
     checks.append(Check(
         "worktree", status.clean,
-        "" if status.clean else ("hand-edited: " + ", ".join(status.hand_edited)
+        "" if status.clean else ("hand-edited: " + ", ".join(
+            name + (f" (no valid state: {why})" if why else "") for name, why in
+            ((n, dict(status.invalid).get(n, "")) for n in status.hand_edited))
                                  if status.hand_edited else "left behind by a killed write"),
         "" if status.clean else ("`gitstate adopt --reason ...` or `gitstate adopt --discard`"
                                  if status.hand_edited else "any write repairs it")))

@@ -92,7 +92,11 @@ class MainTree:
     def discard(self) -> DiscardResult:
         """Lock held: move the hand edits aside and restore the files of HEAD."""
         head = self.reader.head()
-        saved = self.save_hand_edits(self.store.worktree_status(head).hand_edited)
+        edited = self.store.worktree_status(head).hand_edited
+        if not edited:
+            raise InvalidInput(f"{STATE_FILE} has no hand edit to discard: it already "
+                               "holds HEAD's state", rule="adopt.nothing")
+        saved = self.save_hand_edits(edited)
         self.store.checkout(head)
         return DiscardResult(kept=[str(p) for _, p in saved])
 

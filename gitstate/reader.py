@@ -68,10 +68,16 @@ class StateReader:
             status = self.store.worktree_status(head)
             if not status.hand_edited or self.head() == head:
                 break
+        invalid = dict(status.invalid)
         return [
-            f"{self.state_dir / name} was edited by hand and differs from HEAD; it is not "
-            "injected. Commit it with `gitstate adopt --reason ...` or restore it with "
-            "`gitstate adopt --discard`."
+            f"[worktree.invalid_hand_edit] {self.state_dir / name} was edited by hand and is "
+            f"no valid state ({invalid[name]}); HEAD's state is used and "
+            "the file is not injected. Fix it and commit it with `gitstate adopt --reason "
+            "...`, or restore HEAD's file with `gitstate adopt --discard`."
+            if name in invalid else
+            f"[worktree.hand_edit] {self.state_dir / name} was edited by hand and differs "
+            "from HEAD; it is not injected. Commit it with `gitstate adopt --reason ...` or "
+            "restore it with `gitstate adopt --discard`."
             for name in status.hand_edited
         ]
 

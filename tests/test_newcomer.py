@@ -66,3 +66,34 @@ def test_init_refuses_a_repository_that_is_not_gitstates(tmp_path: Path) -> None
         out = run_cli("init", agent_dir=agent)
         assert out.returncode == 0, out.stderr
     assert run_cli("verify", agent_dir=empty.parent).returncode == 0
+
+
+def test_a_hand_edit_that_breaks_the_file_is_reported(tmp_path: Path) -> None:
+    """A hand edit that leaves working_state.json no valid state is a hand edit, not crash
+    damage: get, render and verify name it (worktree.invalid_hand_edit, verify's worktree
+    check) with the parse error, adopt refuses it (adopt.invalid), --discard keeps it aside;
+    a second --discard has nothing to discard and says so (exit 1, adopt.nothing)."""
+    run_cli("init", agent_dir=tmp_path)
+    run_cli("set", "k", "1", "-r", "r", agent_dir=tmp_path)
+    out = run_cli("adopt", "--discard", agent_dir=tmp_path)
+    assert out.returncode == 1 and "adopt.nothing" in out.stderr and "discard" in out.stderr
+    working = tmp_path / "state" / "working_state.json"
+    broken = working.read_text().replace('"value": 1', '"value": 1,,')
+    working.write_text(broken)
+    for args in (["get"], ["render", "--locale", "en"], ["get", "--json"]):
+        out = run_cli(*args, agent_dir=tmp_path)
+        assert out.returncode == 0 and "worktree.invalid_hand_edit" in out.stderr, args
+        assert "line 10" in out.stderr and "adopt --discard" in out.stderr
+        assert working.read_text() == broken  # left in place, for the operator
+    out = run_cli("verify", agent_dir=tmp_path)
+    assert out.returncode == 1 and "FAIL worktree" in out.stdout
+    assert "no valid state" in out.stdout
+    out = run_cli("adopt", "-r", "mine", agent_dir=tmp_path)
+    assert out.returncode == 1 and "adopt.invalid" in out.stderr
+    out = run_cli("adopt", "--discard", agent_dir=tmp_path)
+    assert out.returncode == 0 and "gitstate-hand-edits" in out.stdout
+    kept = list((tmp_path / "state" / ".git" / "gitstate-hand-edits").iterdir())
+    assert [p.read_text() for p in kept] == [broken]
+    assert run_cli("verify", agent_dir=tmp_path).returncode == 0
+    out = run_cli("adopt", "--discard", agent_dir=tmp_path)
+    assert out.returncode == 1 and "adopt.nothing" in out.stderr

@@ -167,7 +167,15 @@ def revert(obj: Ctx, rev: str | None, key: str | None, reason: str, force: bool,
 @json_option
 @click.pass_obj
 def adopt(obj: Ctx, reason: str | None, discard: bool, as_json: bool) -> None:
-    """Commit a hand edit of working_state.json as one audited, validated change."""
+    """Commit a hand edit of working_state.json as one audited, validated change.
+
+    \b
+    gitstate adopt --reason "raised the cap by hand after the call"
+    gitstate adopt --discard      # keep the edit under .git/gitstate-hand-edits, restore HEAD
+
+    Exit 1 with adopt.invalid when the edit is no valid state (fix it, or --discard), and
+    with adopt.nothing when there is no hand edit to adopt or to discard.
+    """
     if not discard and not reason:
         raise UsageError("--reason is required to adopt a hand edit", rule="usage.reason")
     with obj.repo() as repo:

@@ -91,7 +91,8 @@ class WorktreeStatus:
     clean: bool
     leftover: bool  # a killed write's remains: repair silently
     hand_edited: tuple[str, ...]  # files edited by hand: report, never inject
-    damaged: tuple[str, ...] = ()  # empty or unreadable after a crash: kept aside, repaired
+    damaged: tuple[str, ...] = ()  # what a crash leaves: kept aside, repaired
+    invalid: tuple[tuple[str, str], ...] = ()  # hand edits that are no valid state, and why
 
 
 class RepoBase:

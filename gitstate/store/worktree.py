@@ -79,7 +79,7 @@ class WorktreeOps(RepoBase):
         parents = self.parents(commit)
         if parents:
             parent_ids = self.file_ids(parents[0])
-        differing, damaged = [], []
+        differing, damaged, invalid = [], [], []
         leftover = False
         for name, blob_id in ids.items():
             actual = file_blob_id(self.path / name)
@@ -87,18 +87,22 @@ class WorktreeOps(RepoBase):
                 continue
             if actual is None or actual == parent_ids.get(name):
                 leftover = True  # missing, or still the previous commit's file
-            elif _damaged(self.path / name):
-                leftover = True  # empty or unreadable: what a crash leaves, never an edit
+            elif _damaged(self.path / name, [self.read_file(c, name) for c in
+                                             (commit, *parents[:1])]):
+                leftover = True  # what a crash leaves of a file we wrote, never an edit
                 damaged.append(name)
             else:
                 differing.append(name)
+                problem = _invalid(self.path / name)
+                if problem:
+                    invalid.append((name, problem))
         for name in parent_ids.keys() - ids.keys():
             if (self.path / name).exists():
                 leftover = True
         stray = [p for p in self.path.glob(".*.tmp")]
         leftover = leftover or bool(stray)
         return WorktreeStatus(not differing and not leftover, leftover, tuple(differing),
-                              tuple(damaged))
+                              tuple(damaged), tuple(invalid))
 
     def remove_temp_files(self) -> None:
         for p in self.path.glob(".*.tmp"):
@@ -128,19 +132,29 @@ def index_file(entries: dict[bytes, tuple[os.stat_result, bytes]]) -> bytes:
 _U32 = 0xFFFFFFFF
 
 
-def _damaged(path: Path) -> bool:
-    """A working file a crash can leave (the working tree is never flushed): empty, not
-    UTF-8 JSON, or (working_state.json) not a state. A hand edit is a readable file."""
+def _damaged(path: Path, committed: list[bytes | None]) -> bool:
+    """What a crash can leave of a working file gitstate wrote (the working tree is never
+    flushed): an empty file, one holding NUL bytes (blocks never written), or a prefix of
+    the file as committed (its tail lost). Any other readable file is a hand edit, even one
+    that is no valid state: that is reported, never silently replaced."""
     try:
         data = safefile.read_regular(path, TREE_FILES.get(path.name, 1 << 20))
     except OSError:
         return False  # a symlink, FIFO or oversized file: a hand edit, reported
-    if not data.strip(b"\0 \t\r\n"):
+    if not data.strip(b"\0 \t\r\n") or b"\0" in data:
         return True
+    return any(c is not None and c.startswith(data) for c in committed)
+
+
+def _invalid(path: Path) -> str:
+    """Why a hand-edited working_state.json is no valid state ("" when it is one, or for
+    another file)."""
     if path.name != STATE_FILE:
-        return False
+        return ""
     try:
-        State.from_bytes(data)
-    except (ValueError, KeyError, TypeError, RecursionError):
-        return True
-    return False
+        State.from_bytes(safefile.read_regular(path, TREE_FILES[STATE_FILE]))
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        return str(exc) or type(exc).__name__
+    return ""
