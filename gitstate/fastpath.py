@@ -196,13 +196,89 @@ def claude_code_output(text: str, event: str) -> str:
     return dumps(payload) + "\n"
 
 
+HOOK_INPUT_MAX_BYTES = 1 << 20
+"""The most of a hook's stdin read (Claude Code's input is a few hundred bytes, plus the
+prompt for UserPromptSubmit, the default event anyway)."""
+HOOK_INPUT_SECONDS = 1.0
+"""How long a hook waits for its stdin to be written and closed."""
+HOOK_INPUT_MAX_DEPTH = 32
+"""The deepest nesting of the hook input's JSON that is parsed (Claude Code's is 2 deep)."""
+
+
+def read_hook_input(max_bytes: int = HOOK_INPUT_MAX_BYTES,
+                    seconds: float = HOOK_INPUT_SECONDS) -> tuple[bytes | None, str]:
+    """stdin's bytes, read within ``max_bytes`` and ``seconds``; (None, why) when they pass
+    either bound, when stdin is a terminal or when there is none."""
+    stdin = sys.stdin
+    if stdin is None:
+        return None, "there is no stdin"
+    try:
+        fd = stdin.fileno()
+    except (OSError, ValueError):  # an in-memory stream (a test runner's): it cannot block
+        try:
+            text = stdin.read(max_bytes + 1)
+        except (OSError, ValueError) as exc:
+            return None, f"stdin cannot be read ({exc})"
+        data = text.encode("utf-8", "replace") if isinstance(text, str) else bytes(text)
+        return (None, f"it is over {max_bytes} bytes") if len(data) > max_bytes else (data, "")
+    import select
+    import time
+
+    if os.isatty(fd):
+        return None, "stdin is a terminal"
+    deadline = time.monotonic() + seconds
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            ready = left > 0 and select.select([fd], [], [], left)[0]
+            chunk = os.read(fd, 1 << 16) if ready else None
+        except (OSError, ValueError) as exc:
+            return None, f"stdin cannot be read ({exc})"
+        if chunk is None:
+            return None, f"it was not closed within {seconds:g} s"
+        if not chunk:
+            return b"".join(chunks), ""
+        size += len(chunk)
+        if size > max_bytes:
+            return None, f"it is over {max_bytes} bytes"
+        chunks.append(chunk)
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of brackets in ``text`` outside its strings (no recursion)."""
+    import re
+
+    depth = deepest = 0
+    for char in re.findall(r"[\[\]{}]", re.sub(r'"(?:[^"\\]|\\.)*"', "", text)):
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
 def hook_event_from_stdin(default: str) -> str:
-    """Claude Code passes the hook input as JSON on stdin; read its event name."""
-    if sys.stdin is None or sys.stdin.isatty():
+    """Claude Code passes the hook input as JSON on stdin; read its event name. Whatever
+    stdin holds (nothing, a terminal, a stream never closed, more than the bound, JSON nested
+    deeper than the bound, not JSON), the answer comes within HOOK_INPUT_SECONDS: ``default``
+    when the input cannot be read, with a warning on stderr when it was there but unusable."""
+    raw, why = read_hook_input()
+    if raw is None:
+        if why != "stdin is a terminal":
+            sys.stderr.write(f"gitstate: warning [hook.input]: the hook input on stdin was "
+                             f"not read: {why}; the event is {default}\n")
+        return default
+    text = raw.decode("utf-8", "replace").strip() or "{}"
+    if json_depth(text) > HOOK_INPUT_MAX_DEPTH:
+        sys.stderr.write(f"gitstate: warning [hook.input]: the hook input on stdin is nested "
+                         f"deeper than {HOOK_INPUT_MAX_DEPTH}; the event is {default}\n")
         return default
     try:
-        data = json.loads(sys.stdin.read() or "{}")
-    except ValueError:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
         return default
     event = data.get("hook_event_name") if isinstance(data, dict) else None
     return event if isinstance(event, str) and event.isalnum() else default
