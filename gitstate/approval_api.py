@@ -50,13 +50,8 @@ class ApprovalMethods:
         request = requests.fingerprint(request_id, "approval.request", tool, args, reason)
 
         def plan(base: Base) -> Any:
-            policy = (base.schema.approvals if base.schema else {}).get(tool)
-            if policy is None:
-                raise InvalidInput(f"{tool} needs no approval (schema.yaml's `approvals` "
-                                   "does not name it)", rule="approval.not_required",
-                                   tool=tool)
-            return approvals.plan_request(base, policy, tool=tool, args=args, reason=reason,
-                                          actor=who)
+            return approvals.plan_request_for(base, tool=tool, args=args, reason=reason,
+                                              actor=who)
 
         result = self.engine.write(plan, request)
         assert result.key is not None

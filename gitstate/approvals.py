@@ -90,6 +90,47 @@ def plan_request(base: Base, policy: Policy, *, tool: str, args: Any, reason: st
     return _plan(base, key, value, reason, actor, expires, "request")
 
 
+def plan_request_for(base: Base, *, tool: str, args: Any, reason: str, actor: str) -> Plan:
+    """A request for ``tool``, under the policy the base's schema gives it (refused when
+    schema.yaml's ``approvals`` does not name the tool)."""
+    policy = (base.schema.approvals if base.schema else {}).get(tool)
+    if policy is None:
+        raise InvalidInput(f"{tool} needs no approval (schema.yaml's `approvals` does not "
+                           "name it)", rule="approval.not_required", tool=tool)
+    return plan_request(base, policy, tool=tool, args=args, reason=reason, actor=actor)
+
+
+def replan(base: Base, key: str, step: str, recorded: Any, *, reason: str,
+           actor: str) -> Plan:
+    """The plan this machine's own planners make for an approval step a commit from
+    elsewhere records (``Gitstate-Approval: step`` on ``key``, its value ``recorded``), at
+    the commit's parent and time. The one rule (gitstate/foreign.py) accepts the commit only
+    when this plan's change is the commit's; a step no planner would make here is refused
+    with the planner's own rule (expired, decided, not runnable, not required).
+
+    The writer role is not part of a commit on main: a decision is re-derived as by a writer
+    its policy names, and who may claim that role is the trust rules' business."""
+    if not isinstance(recorded, dict):
+        raise InvalidInput(f"{key}: not an approval record", rule="approval.invalid")
+    policies = dict(base.schema.approvals) if base.schema else {}
+    if step == "request":
+        if not isinstance(recorded.get("tool"), str) or not isinstance(recorded.get("args"),
+                                                                       dict):
+            raise InvalidInput(f"{key}: a request freezes a tool and its arguments",
+                               rule="approval.invalid")
+        return plan_request_for(base, tool=recorded["tool"], args=recorded["args"],
+                                reason=reason, actor=actor)
+    if step in ("approve", "deny"):
+        policy = policies.get(str(recorded.get("tool")))
+        writer = policy.writers[0] if policy and policy.writers else "human"
+        return plan_decide(base, policies, writer, approval_id=key, approve=step == "approve",
+                           reason=reason, actor=actor)
+    if step == "consume":
+        return plan_consume(base, approval_id=key, tool=None, args=None, reason=reason,
+                            actor=actor)
+    raise InvalidInput(f"{key}: {step!r} is not an approval step", rule="approval.invalid")
+
+
 def plan_decide(base: Base, policy_for: dict[str, Policy], writer: str, *, approval_id: str,
                 approve: bool, reason: str, actor: str) -> Plan:
     key, entry, value = _record(base.state, approval_id)

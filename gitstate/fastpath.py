@@ -108,7 +108,8 @@ def run_block(agent_dir: str | os.PathLike[str], run_id: str, *, locale: str,
     the ref still names its commit, else through the store."""
     from pathlib import Path  # only here: the plain wake-up path must not import pathlib
 
-    from .ledger import PREFIX, cached
+    from .ledger import cached
+    from .runformat import PREFIX
     from .runrender import render_run
     from .runs import check_run_id, next_action
 

@@ -15,6 +15,7 @@ means the commits may land. Nothing here writes.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from dataclasses import dataclass
@@ -23,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from . import approvals, checks, rules
 from .config import Config
-from .errors import GitStateError, InvalidInput
+from .errors import GitStateError, InvalidInput, Refused
 from .layout import FILE_MODE, REQUIRED, SCHEMA_FILE, STATE_FILE, TREE_FILES
 from .model import EMPTY, State, parse_time
+from .planners import Base
 from .replay import ReplayError, apply_change
 from .schema import Schema, parse_schema
 from .trailers import Change, NotAGitstateCommit, parse_message
@@ -89,10 +91,12 @@ def check_range(store: GitStore, old: str | None, new: str, config: Config | Non
     except GitStateError as exc:
         return [Problem(old or new, exc.rule, exc.message)]
     problems: list[Problem] = []
+    parent = old
     for commit in chain:
         try:
-            state, previous_time = _check_commit(store, commit, state, previous_time,
+            state, previous_time = _check_commit(store, commit, parent, state, previous_time,
                                                  config, now)
+            parent = commit
         except _Refusal as exc:
             problems.append(Problem(commit, exc.rule, exc.message))
             break  # later commits build on a state that is not trusted
@@ -112,8 +116,25 @@ def _committed_state(store: GitStore, commit: str) -> State:
         raise _Refusal("state.invalid", f"{STATE_FILE} is not a valid state: {exc}") from exc
 
 
-def _check_commit(store: GitStore, commit: str, before: State, previous_time: int | None,
-                  config: Config, now: float) -> tuple[State, int]:
+def time_problem(author_time: int, commit_time: int, previous_time: int | None,
+                 now: float) -> tuple[str, str] | None:
+    """The clock rule of every namespace, as (rule, message) or None: within a ref, commit
+    times never go back, and no time runs more than ``FUTURE_SKEW_SECONDS`` ahead of the
+    receiver's clock (expiries, deadlines and TTLs are then judged at those times)."""
+    if previous_time is not None and commit_time < previous_time:
+        return ("time.backwards", "dated before its parent: commit times within a ref never "
+                "go back, so that --at always names one state")
+    if max(commit_time, author_time) > now + FUTURE_SKEW_SECONDS:
+        return ("time.future", "dated "
+                f"{datetime.fromtimestamp(max(commit_time, author_time), UTC):%Y-%m-%d %H:%M}"
+                f" UTC — more than {FUTURE_SKEW_SECONDS} s in the future of this machine's "
+                "clock")
+    return None
+
+
+def _check_commit(store: GitStore, commit: str, parent: str | None, before: State,
+                  previous_time: int | None, config: Config,
+                  now: float) -> tuple[State, int]:
     author_time, commit_time = store.commit_times(commit)
     if previous_time is not None and commit_time < previous_time:
         raise _Refusal("time.backwards", "dated before its parent: commit times on main "
@@ -137,6 +158,10 @@ def _check_commit(store: GitStore, commit: str, before: State, previous_time: in
                        "every key at once; only a history's root may be an init")
     try:
         _check_change(change, before, commit_time, config)
+        if _approval_key(change):
+            if parent is None:
+                raise InvalidInput("an approval step in a root commit", rule="approval.reserved")
+            _rederive_approval(store, parent, before, commit_time, change)
         after = apply_change(before, change, commit_time)
     except InvalidInput as exc:
         raise _Refusal(exc.rule, exc.message) from exc
@@ -201,12 +226,10 @@ def _check_change(change: Change, before: State, commit_time: int, config: Confi
         if op == "set":
             rules.check_value(change.new)
             _check_expiry(change.expires_at, commit_time)
-        if approvals.is_approval_key(key):  # only legal steps, never a plain set or clear
-            if op == "clear":
-                raise InvalidInput(f"clear of the approval record {key}",
-                                   rule="approval.reserved")
-            old = before.keys.get(key)
-            approvals.check_transition(key, old.value if old else None, change.new, step)
+        if approvals.is_approval_key(key):  # only a planner's step, never a plain set or clear
+            if op == "clear" or step is None:
+                raise InvalidInput(f"{op} of the approval record {key} without a "
+                                   f"{approvals.TRAILER} step", rule="approval.reserved")
         elif step is not None:
             raise InvalidInput(f"a {approvals.TRAILER} step on {key}, which is not an "
                                "approval record", rule="approval.invalid")
@@ -216,6 +239,40 @@ def _check_change(change: Change, before: State, commit_time: int, config: Confi
         raise InvalidInput(f"an {op} that changes approval records", rule="approval.reserved")
     elif op in ("adopt", "observe"):
         _check_adopt(change.adopt, before, commit_time, config)
+
+
+def _approval_key(change: Change) -> bool:
+    return change.op == "set" and change.key is not None and \
+        approvals.is_approval_key(change.key)
+
+
+def _rederive_approval(store: GitStore, parent: str, before: State, commit_time: int,
+                       change: Change) -> None:
+    """An approval step is accepted only when this machine's planner, at the parent's state
+    and schema and at the commit's time, makes exactly the change the commit records: the
+    key (derived from the parent and the call), the value, the expiry (a request's is its
+    policy's TTL from its own time; a decision or a spend never changes it), the actor and
+    the reason. A step no planner would make here (a decision at or after the expiry, a
+    second decision, a spend of what is not approved) is refused with the planner's rule."""
+    assert change.key is not None
+    step = dict(change.extra).get(approvals.TRAILER, "")
+    schema = _schema(store, parent) if store.read_file(parent, SCHEMA_FILE) is not None \
+        else None
+    base = Base(parent, before, datetime.fromtimestamp(commit_time, UTC), schema)
+    try:
+        plan = approvals.replan(base, change.key, step, change.new, reason=change.reason,
+                                actor=change.actor)
+    except Refused as exc:
+        raise InvalidInput(exc.message, rule=exc.rule) from exc
+    wanted = dataclasses.replace(plan.change, request=change.request, clock=change.clock,
+                                 extra=change.extra)
+    differs = [f for f in ("key", "old", "new", "expires_at", "actor", "reason")
+               if getattr(wanted, f) != getattr(change, f)]
+    if differs:
+        raise InvalidInput(f"{change.key}: the {step} step differs from what gitstate's "
+                           f"planner makes at its parent and time in {', '.join(differs)} "
+                           f"(planned expiry {wanted.expires_at or 'none'}, recorded "
+                           f"{change.expires_at or 'none'})", rule="approval.rederive")
 
 
 def _check_adopt(adopt: dict[str, Any] | None, before: State, commit_time: int,

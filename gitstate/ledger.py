@@ -26,18 +26,14 @@ from . import locking, runs
 from .errors import InvalidInput, StoreError
 from .model import format_time
 from .results import RunView
+from .runformat import PREFIX, RUN_FILE, RUN_MAX_BYTES, encode_run, events, message, parse
 from .trailers import encode_json
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping
+    from collections.abc import Callable, Mapping
 
     from .config import Config
     from .store import GitStore
-    from .store.base import CommitInfo
-
-PREFIX = "refs/heads/runs/"
-RUN_FILE = "run.json"
-RUN_MAX_BYTES = 1 << 20
 
 
 def session_id() -> str:
@@ -45,35 +41,9 @@ def session_id() -> str:
     under another one (a restart, another machine after pull) counts as a resume."""
     host = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname()[:40])
     return f"{host}:{os.getpid()}:{os.urandom(3).hex()}"
-_TRAILERS = ("Run", "Event", "Writer", "Request", "Process")
-Policy = tuple["Mapping[str, tuple[str, ...]]", "Mapping[str, str] | None"]
 
 
-def message(reason: str, run_id: str, event: dict[str, Any], writer: str,
-            request: str | None, session: str) -> bytes:
-    lines = [f"Gitstate-Run: {run_id}", f"Gitstate-Event: {encode_json(event)}",
-             f"Gitstate-Writer: {writer}"]
-    if request is not None:
-        lines.append(f"Gitstate-Request: {encode_json(request)}")
-    lines.append(f"Gitstate-Process: {session}")
-    return (reason.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n").encode("utf-8")
-
-
-def parse(raw: bytes) -> tuple[str, dict[str, str]]:
-    """(reason, trailers) of a run commit; ValueError when it is not one."""
-    text = raw.decode("utf-8")
-    reason, sep, block = text.rstrip("\n").rpartition("\n\n")
-    if not sep:
-        raise ValueError("no trailer block")
-    fields: dict[str, str] = {}
-    for line in block.split("\n"):
-        name, colon, value = line.partition(": ")
-        if not colon or not name.startswith("Gitstate-") or name[9:] not in _TRAILERS:
-            raise ValueError(f"not a run trailer: {line[:60]!r}")
-        fields[name[9:]] = value
-    if not {"Run", "Event", "Writer"} <= set(fields):
-        raise ValueError("a run commit names its run, event and writer")
-    return reason, fields
+Policy = tuple["Mapping[str, tuple[str, ...]]", "str | None"]
 
 
 class Ledger:
@@ -85,8 +55,8 @@ class Ledger:
                  session: str | None = None) -> None:
         self.store, self.config, self.clock = store, config, clock
         self.writer, self.actor = writer, actor
-        # (schema.yaml's per-event writers, the key table's approval decisions) at main's
-        # HEAD, read when an event is applied
+        # (schema.yaml's per-event writers at main's HEAD, that HEAD), read when an event is
+        # applied: an approval_recorded links to the HEAD whose decision it records
         self.policy = policy or (lambda: ({}, None))
         self.session = session or session_id()
 
@@ -98,6 +68,15 @@ class Ledger:
 
     def _now(self) -> datetime:
         return self.clock().astimezone(UTC).replace(microsecond=0)
+
+    def _dated(self, *commits: str | None) -> datetime:
+        now = self._now()
+        for commit in commits:
+            if commit is not None:
+                with contextlib.suppress(KeyError, StoreError):
+                    now = max(now, datetime.fromtimestamp(self.store.commit_times(commit)[1],
+                                                          UTC))
+        return now
 
     def read(self, run_id: str, commit: str | None = None) -> RunView:
         ref = self._ref(run_id)
@@ -161,13 +140,21 @@ class Ledger:
             earlier = self._replayed(run_id, request_id)
             if earlier is not None:
                 return earlier
+            from .runcheck import Links
+
             view = self.read(run_id)
-            now = self._now()
-            writers, approvals = self.policy()
+            writers, main = self.policy()
+            linked = isinstance(event, dict) and event.get("type") == "approval_recorded"
+            if linked:
+                event = {**event, "main_commit": event.get("main_commit", main)}
+            # an event is dated no earlier than its parent nor than the main commit it cites
+            # (a clock that stepped back), as main's own commits are
+            now = self._dated(view.head, main if linked else None)
             try:
+                decisions = Links(self.store, main).decisions(event, now) if linked else None
                 run = runs.apply_event({"format": runs.FORMAT, "goal": view.goal,
                                         "state": view.state}, event, who, now,
-                                       writers=writers, approvals=approvals)
+                                       writers=writers, approvals=decisions)
             except runs.RunRefused as exc:
                 self._journal(run_id, event, who, reason, request_id, exc)
                 raise
@@ -207,7 +194,7 @@ class Ledger:
                                   rule="run.block_too_large")
             self._journal(run_id, event, writer, reason, request_id, exc)
             raise exc
-        data = (json.dumps(run, ensure_ascii=False, indent=2, sort_keys=True) + "\n").encode()
+        data = encode_run(run)
         commit = self.store.commit(base, {RUN_FILE: data},
                                    message(reason, run_id, event, writer, request_id, self.session),
                                    identity(self.config), int(now.timestamp()),
@@ -277,7 +264,10 @@ class Ledger:
         head = head or self.store.ref(self._ref(run_id))
         if head is None:
             return [f"no run {run_id!r}"]
-        return replay_problems(self.store, run_id, head, self.policy()[0])
+        from .runcheck import replay_problems
+
+        writers, main = self.policy()
+        return replay_problems(self.store, run_id, head, writers, main=main)
 
     def verify_all(self) -> dict[str, list[str]]:
         """verify() for every run ref: run id -> its problems (only runs that have some)."""
@@ -336,58 +326,6 @@ class Ledger:
         return out
 
 
-def events(store: GitStore, run_id: str,
-           head: str) -> Iterator[tuple[CommitInfo, str, dict[str, str]]]:
-        """The run's commits oldest first, each with its reason and trailers."""
-        for info in list(store.walk(head))[::-1]:
-            reason, fields = parse(info.message)
-            if fields["Run"] != run_id:
-                raise ValueError(f"names run {fields['Run']!r}, on the ref of {run_id!r}")
-            yield info, reason, fields
-
-
-def replay_problems(store: GitStore, run_id: str, head: str,
-                    writers: Mapping[str, tuple[str, ...]]) -> list[str]:
-    """Replay the ref from its first commit: each commit holds only run.json, has a
-    reason, and its run.json is exactly the fold of the events so far. Returns the
-    problems (empty: the ledger is sound). A writer is checked against the defaults
-    and schema.yaml's ``runs: writers`` in force now; the approval link is checked when
-    the event is recorded (the key table's decision at that time), not replayed."""
-    from .errors import InvalidInput
-    from .rules import check_reason
-
-    problems: list[str] = []
-    run: dict[str, Any] | None = None
-    try:
-        for info, reason, fields in events(store, run_id, head):
-            if len(info.parents) > 1:
-                raise ValueError(f"{info.id[:12]} is a merge: a run is one line of events")
-            entries = store.tree_entries(info.id)
-            if [(n, m) for n, m, _ in entries] != [(RUN_FILE.encode(), 0o100644)]:
-                raise ValueError(f"the tree must hold only {RUN_FILE}, a regular file, not "
-                                 f"{[n.decode('utf-8', 'replace')[:40] for n, _, _ in entries]}")
-            if store.object_size(entries[0][2]) > RUN_MAX_BYTES:  # before reading it whole
-                raise ValueError(f"{RUN_FILE} is over {RUN_MAX_BYTES} bytes")
-            check_reason(reason)
-            event = json.loads(fields["Event"])
-            when = datetime.fromtimestamp(info.time, UTC)
-            if run is None:
-                if event.get("type") != "goal_created" or info.parents:
-                    raise ValueError("the first commit must be goal_created, with no parent")
-                run = _created(run_id, event, when)
-            else:
-                run = _replay(run, event, fields["Writer"], when, writers)
-            data = store.read_file(info.id, RUN_FILE) or b"null"
-            if len(data) > RUN_MAX_BYTES or json.loads(data) != run:
-                problems.append(f"{info.id[:12]}: run.json differs from the replay of "
-                                "its events")
-                break
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError, InvalidInput,
-            runs.RunRefused, StoreError) as exc:
-        problems.append(f"{run_id}: {getattr(exc, 'message', None) or exc}")
-    return problems
-
-
 CACHE_DIR = "gitstate-run-cache"
 
 
@@ -431,20 +369,3 @@ def cached(git_dir: Path, run_id: str, head: str | None = None) -> dict[str, Any
     except ValueError:
         return None
     return run if isinstance(run, dict) else None
-
-
-def _created(run_id: str, event: dict[str, Any], when: datetime) -> dict[str, Any]:
-    return runs.new_run(run_id, description=event["description"], criteria=event["criteria"],
-                        constraints=event["constraints"], risk=event["risk"],
-                        owner=event["owner"], now=when, budget=event["budget"])
-
-
-def _replay(run: dict[str, Any], event: dict[str, Any], writer: str, when: datetime,
-            writers: Mapping[str, tuple[str, ...]]) -> dict[str, Any]:
-    """One recorded event again; its writer may rest on the defaults or on the schema."""
-    try:
-        return runs.apply_event(run, event, writer, when)
-    except runs.RunRefused as exc:
-        if exc.rule != "run.writer" or not writers:
-            raise
-        return runs.apply_event(run, event, writer, when, writers=writers)

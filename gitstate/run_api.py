@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from . import approvals, requests, rules
+from . import requests, rules
 from .ledger import Ledger
 from .planners import UNSET, Expected
 
@@ -44,11 +44,10 @@ class RunMethods:
     def runs(self) -> Ledger:
         """The run ledgers of this repository (refs/heads/runs/*, never main)."""
 
-        def policy() -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
+        def policy() -> tuple[dict[str, tuple[str, ...]], str]:
             head = self.reader.head()
             schema = self.reader.schema_at(head)
-            return (dict(schema.run_writers) if schema else {},
-                    approvals.decisions(self.reader.state_at(head), self.now()))
+            return dict(schema.run_writers) if schema else {}, head
 
         return Ledger(self.store, self.config, self.now, writer=self.writer, actor=self.actor,
                       policy=policy, session=self._session)

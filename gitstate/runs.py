@@ -16,7 +16,8 @@ Rules (each refusal is a RunRefused naming ``run.<rule>``):
   event that crossed it;
 * with risk high or critical, a step declared side-effecting waits for an approval: the run
   is ``waiting_for_approval`` until ``approval_recorded`` (approved: continue; denied:
-  blocked; expired: approval_required again);
+  blocked; expired: approval_required again), which cites main's commit holding the
+  decision (``main_commit``; the ledger fills it in and checks it, gitstate/ledger.py);
 * ``completed`` is refused unless every success criterion maps to a recorded evidence ref;
 * a tool result observed before the evidence already recorded for the same ref is stale;
 * ``question_answered`` needs an evidence ref and an open question;
@@ -56,7 +57,8 @@ EVENTS: dict[str, dict[str, tuple[str, bool]]] = {
     "step_completed": {"step_id": (_STR, True)},
     "tool_result_recorded": {"tool_call_id": (_STR, True), "evidence_ref": (_STR, True),
                              "observed_at": (_STR, True)},
-    "approval_recorded": {"approval_id": (_STR, True), "decision": (_STR, True)},
+    "approval_recorded": {"approval_id": (_STR, True), "decision": (_STR, True),
+                          "main_commit": ("commit", False)},
     "question_opened": {"question": (_STR, True)},
     "question_answered": {"question": (_STR, True), "evidence_ref": (_STR, True)},
     "blocked": {"reason": (_STR, True)},
@@ -165,6 +167,10 @@ def _field(kind: str, name: str, kind_of: str, value: Any) -> Any:
     where = f"{kind}.{name}"
     if kind_of == _STR:
         return _text(value, where)
+    if kind_of == "commit":
+        if not isinstance(value, str) or not re.fullmatch(r"[0-9a-f]{40}", value):
+            raise _refuse("invalid", f"{where} must be a commit id (40 lowercase hex digits)")
+        return value
     if kind_of == _BOOL:
         if not isinstance(value, bool):
             raise _refuse("invalid", f"{where} must be true or false")

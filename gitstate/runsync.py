@@ -6,11 +6,15 @@ A run ref only grows (one commit per event), so both ways are fast-forward only:
   (``refs/remotes/origin/runs/<id>``, the lease), in one push; a run the remote moved on
   (events recorded elsewhere) is reported, never overwritten.
 * pull fetches the remote's run refs into a quarantine and replays every ledger that is new
-  or grew, from its first commit (``ledger.replay_problems``: the tree holds only run.json,
+  or grew, from its first commit (``runcheck.replay_problems``: the tree holds only run.json,
   each event is valid for its writer and folds to the stored run.json). One run that does
   not replay refuses the whole pull of runs, and no object of it enters the repository
-  (main's pull is separate and unaffected). A run that diverged (events on both sides) is
-  reported and left as it is; one that is behind the local ref is left for push.
+  (main's pull is separate and unaffected). The replay is the one rule of foreign commits
+  (docs/security.md): each commit must be the one the ledger itself writes, dated forward
+  and not ahead of this clock, and an ``approval_recorded`` must cite a commit of main's
+  history here holding that decision (so main is pulled first). A run that diverged
+  (events on both sides) is reported and left as it is; one that is behind the local ref
+  is left for push.
 
 The server side (the pre-receive hook, ``sync.verify_push``) replays a pushed run the same
 way and refuses a rewrite or a deletion.
@@ -22,13 +26,16 @@ from typing import TYPE_CHECKING, Any
 
 from . import locking
 from .errors import Refused
-from .ledger import PREFIX, replay_problems
+from .layout import BRANCH
+from .runcheck import replay_problems
+from .runformat import PREFIX
 from .runs import RunRefused, check_run_id
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from contextlib import AbstractContextManager
 
+    from .schema import Schema
     from .store import GitStore
 
 TRACKING = "refs/remotes/origin/runs/"
@@ -83,7 +90,8 @@ def pull(store: GitStore, url: str,
             if mine is not None and not incoming.is_ancestor(mine, head):
                 out["diverged"].append(name)
                 continue
-            problems = replay_problems(incoming, name, head, writers or {})
+            problems = replay_problems(incoming, name, head, writers or {},
+                                       main=incoming.ref(BRANCH), foreign=True)
             if problems:
                 bad[name] = problems[0]
             else:
@@ -124,4 +132,19 @@ def verify_pushed(store: GitStore, ref: str, old: str | None, new: str | None) -
         return [f"deleting {ref} is refused: a run's ledger is kept"]
     if old is not None and not store.is_ancestor(old, new):
         return [f"{ref}: a run only grows; this push rewrites it"]
-    return [f"{ref}: {p}" for p in replay_problems(store, name, new, {})]
+    main = store.ref(BRANCH)
+    schema = _schema_at(store, main)
+    return [f"{ref}: {p}" for p in replay_problems(
+        store, name, new, dict(schema.run_writers) if schema else {}, main=main, foreign=True)]
+
+
+def _schema_at(store: GitStore, commit: str | None) -> Schema | None:
+    """The server's schema at main's head: the writers a pushed run's events rest on."""
+    from .layout import SCHEMA_FILE
+    from .schema import SchemaError, parse_schema
+
+    data = store.read_file(commit, SCHEMA_FILE) if commit else None
+    try:
+        return parse_schema(data.decode("utf-8")) if data else None
+    except (UnicodeDecodeError, SchemaError):
+        return None

@@ -334,8 +334,8 @@ def clone(url: str, agent_dir: Path) -> str:
 
 def verify_push(git_dir: Path, old: str, new: str, ref: str) -> list[str]:
     """What a pre-receive hook runs for one ref update in a (bare) server repository."""
-    from .ledger import PREFIX as RUNS
     from .refusals import REMOTE_PREFIX, check_update
+    from .runformat import PREFIX as RUNS
     from .runsync import verify_pushed
 
     zero = ZERO.decode()

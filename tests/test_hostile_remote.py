@@ -89,9 +89,9 @@ ATTACKS: dict[str, tuple[Attack, str]] = {
                               "approval.reserved"),
     "approval-skips-the-request": (lambda f, t: f.commit(_approval("approve",
                                                                    _hashed(_FORGED))),
-                                   "approval.invalid"),
+                                   "approval.unknown"),
     "approval-args-not-hashed": (lambda f, t: f.commit(_approval(
-        "request", {**_FORGED, "status": "pending"})), "approval.invalid"),
+        "request", {**_FORGED, "status": "pending"})), "approval.not_required"),
     "parent-path": (lambda f, t: f.commit(_set("k", 1), extra={b"../../X": (MODE, b"x")}),
                     "tree.bad_name"),
     "absolute-path": (lambda f, t: f.commit(_set("k", 1), extra={

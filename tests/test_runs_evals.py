@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from gitstate.errors import GitStateError
-from gitstate.ledger import PREFIX
 from gitstate.repo import StateRepo
+from gitstate.runformat import PREFIX
 from gitstate.runs import RunRefused
 from tests.helpers import GIT, Clock, git, run_cli
 

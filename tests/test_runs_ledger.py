@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gitstate.ledger import PREFIX
 from gitstate.repo import StateRepo
+from gitstate.runformat import PREFIX
 from gitstate.runs import RunRefused
 from tests.helpers import GIT, assert_fsck_clean, git
 

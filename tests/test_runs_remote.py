@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gitstate.errors import GitStateError
-from gitstate.ledger import PREFIX
 from gitstate.repo import StateRepo
+from gitstate.runformat import PREFIX
 from tests.helpers import GIT, git, install_pre_receive
 
 pytestmark = pytest.mark.skipif(GIT is None, reason="needs the git CLI for the remote")

@@ -1,0 +1,154 @@
+"""The one rule of foreign commits for run ledgers (docs/security.md): a run's ref is
+re-derived from its first commit with the ledger's own transition, message and clock rule,
+and a run's ``approval_recorded`` is checked against the main commit it cites.
+
+Used by ``run verify`` (the local ledger), pull (runsync.py) and the pre-receive hook
+(runsync.verify_pushed). Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from . import runs
+from .errors import StoreError
+from .runformat import RUN_FILE, RUN_MAX_BYTES, encode_run, events, message
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from .store import GitStore
+
+
+class Links:
+    """Main's history as a run's ``approval_recorded`` events may cite it: an event names
+    main's commit that holds the decision (``main_commit``); that commit must be on main's
+    history (``main`` or an ancestor of it) and dated no later than the event, and the
+    decision it records must be the one the key table held there, judged at the event's
+    time (an approval that had expired by then is ``expired``)."""
+
+    def __init__(self, store: GitStore, main: str | None) -> None:
+        self.store, self.main = store, main
+        self._times: dict[str, int] | None = None
+
+    def _time_of(self, commit: str) -> int | None:
+        if self._times is None:
+            self._times = {} if self.main is None else \
+                {info.id: info.time for info in self.store.walk(self.main)}
+        return self._times.get(commit)
+
+    def decisions(self, event: dict[str, Any], when: datetime) -> dict[str, str]:
+        from . import approvals
+        from .layout import STATE_FILE
+        from .model import EMPTY, State
+
+        commit = event.get("main_commit")
+        if not isinstance(commit, str):
+            raise runs.RunRefused("an approval_recorded names no main_commit: the decision "
+                                  "it records cannot be checked", rule="run.approval_unlinked")
+        at = self._time_of(commit) if commit != self.main or self._times is not None else \
+            self.store.commit_times(commit)[1]
+        if at is None:
+            raise runs.RunRefused(f"approval_recorded cites main's commit {commit[:12]}, which "
+                                  "is not on main's history here (pull main first)",
+                                  rule="run.approval_unlinked", main_commit=commit)
+        if at > when.timestamp():
+            raise runs.RunRefused(f"approval_recorded cites main's commit {commit[:12]}, dated "
+                                  "after the event", rule="run.approval_unlinked",
+                                  main_commit=commit)
+        data = self.store.read_file(commit, STATE_FILE)
+        return approvals.decisions(State.from_bytes(data) if data else EMPTY, when)
+
+
+def replay_problems(store: GitStore, run_id: str, head: str,
+                    writers: Mapping[str, tuple[str, ...]], *, main: str | None,
+                    foreign: bool = False, now: float | None = None) -> list[str]:
+    """The one rule for a run's ref (docs/security.md): each commit is re-derived from its
+    first — the ledger's own ``apply_event`` at the parent's run, on the event, writer and
+    time the commit records, must give exactly the committed run.json, and the commit
+    exactly the message the ledger writes. Times never go back within the ref nor run ahead
+    of ``now`` (gitstate/foreign.py's clock rule); an ``approval_recorded`` must cite
+    main's commit holding that decision (:class:`Links`, against ``main``). Writers are
+    checked against the defaults and schema.yaml's ``runs: writers`` (``writers``).
+    ``foreign``: commits from elsewhere, where an approval event without its link is
+    refused; a local ledger recorded before links were kept replays without them. Returns
+    the problems (empty: the ledger is sound)."""
+    import time as _time
+
+    from .errors import InvalidInput
+    from .foreign import time_problem
+    from .rules import check_reason
+
+    now = _time.time() if now is None else now
+    links = Links(store, main)
+    problems: list[str] = []
+    run: dict[str, Any] | None = None
+    previous: int | None = None
+    try:
+        for info, reason, fields in events(store, run_id, head):
+            if len(info.parents) > 1:
+                raise ValueError(f"{info.id[:12]} is a merge: a run is one line of events")
+            entries = store.tree_entries(info.id)
+            if [(n, m) for n, m, _ in entries] != [(RUN_FILE.encode(), 0o100644)]:
+                raise ValueError(f"the tree must hold only {RUN_FILE}, a regular file, not "
+                                 f"{[n.decode('utf-8', 'replace')[:40] for n, _, _ in entries]}")
+            if store.object_size(entries[0][2]) > RUN_MAX_BYTES:  # before reading it whole
+                raise ValueError(f"{RUN_FILE} is over {RUN_MAX_BYTES} bytes")
+            author_time, commit_time = store.commit_times(info.id)
+            clock = time_problem(author_time, commit_time, previous, now)
+            if clock is not None:
+                raise ValueError(f"{info.id[:12]}: [{clock[0]}] {clock[1]}")
+            previous = commit_time
+            check_reason(reason)
+            event = json.loads(fields["Event"])
+            when = datetime.fromtimestamp(commit_time, UTC)
+            if run is None:
+                if event.get("type") != "goal_created" or info.parents:
+                    raise ValueError("the first commit must be goal_created, with no parent")
+                run = _created(run_id, event, when)
+            else:
+                event = runs.validate_event(event)
+                decisions = links.decisions(event, when) if event["type"] == \
+                    "approval_recorded" and (foreign or "main_commit" in event) else None
+                run = _replay(run, event, fields["Writer"], when, writers, decisions)
+            data = store.read_file(info.id, RUN_FILE) or b"null"
+            if len(data) > RUN_MAX_BYTES or json.loads(data) != run or (
+                    foreign and data != encode_run(run)):
+                problems.append(f"{info.id[:12]}: run.json differs from the replay of "
+                                "its events")
+                break
+            request = json.loads(fields["Request"]) if "Request" in fields else None
+            wanted = message(reason, run_id, event, fields["Writer"], request,
+                             fields.get("Process", ""))
+            if foreign and (info.message != wanted or author_time != commit_time):
+                problems.append(f"{info.id[:12]}: [run.rederive] the commit is not the one "
+                                "the ledger writes for its event (message, trailers or "
+                                "times differ)")
+                break
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError, InvalidInput,
+            runs.RunRefused, StoreError) as exc:
+        rule = getattr(exc, "rule", None)
+        problems.append(f"{run_id}: " + (f"[{rule}] " if rule else "")
+                        + f"{getattr(exc, 'message', None) or exc}")
+    return problems
+
+
+def _created(run_id: str, event: dict[str, Any], when: datetime) -> dict[str, Any]:
+    return runs.new_run(run_id, description=event["description"], criteria=event["criteria"],
+                        constraints=event["constraints"], risk=event["risk"],
+                        owner=event["owner"], now=when, budget=event["budget"])
+
+
+def _replay(run: dict[str, Any], event: dict[str, Any], writer: str, when: datetime,
+            writers: Mapping[str, tuple[str, ...]],
+            decisions: Mapping[str, str] | None) -> dict[str, Any]:
+    """One recorded event again; its writer may rest on the defaults or on the schema."""
+    try:
+        return runs.apply_event(run, event, writer, when, approvals=decisions)
+    except runs.RunRefused as exc:
+        if exc.rule != "run.writer" or not writers:
+            raise
+        return runs.apply_event(run, event, writer, when, writers=writers,
+                                approvals=decisions)

@@ -1,0 +1,67 @@
+"""What a run commit is, byte for byte: the ref prefix, run.json's bytes, the message and
+its trailers (``Gitstate-Run``, ``Gitstate-Event``, ``Gitstate-Writer``, ``Gitstate-Request``,
+``Gitstate-Process``). The ledger writes with these and the one rule of foreign commits
+(gitstate/runcheck.py) re-derives with the same ones, so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from .trailers import encode_json
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from .store import GitStore
+    from .store.base import CommitInfo
+
+PREFIX = "refs/heads/runs/"
+RUN_FILE = "run.json"
+RUN_MAX_BYTES = 1 << 20
+
+_TRAILERS = ("Run", "Event", "Writer", "Request", "Process")
+
+
+def message(reason: str, run_id: str, event: dict[str, Any], writer: str,
+            request: str | None, session: str) -> bytes:
+    """The message of one event's commit: the reason, then the trailers."""
+    lines = [f"Gitstate-Run: {run_id}", f"Gitstate-Event: {encode_json(event)}",
+             f"Gitstate-Writer: {writer}"]
+    if request is not None:
+        lines.append(f"Gitstate-Request: {encode_json(request)}")
+    lines.append(f"Gitstate-Process: {session}")
+    return (reason.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n").encode("utf-8")
+
+
+def parse(raw: bytes) -> tuple[str, dict[str, str]]:
+    """(reason, trailers) of a run commit; ValueError when it is not one."""
+    text = raw.decode("utf-8")
+    reason, sep, block = text.rstrip("\n").rpartition("\n\n")
+    if not sep:
+        raise ValueError("no trailer block")
+    fields: dict[str, str] = {}
+    for line in block.split("\n"):
+        name, colon, value = line.partition(": ")
+        if not colon or not name.startswith("Gitstate-") or name[9:] not in _TRAILERS:
+            raise ValueError(f"not a run trailer: {line[:60]!r}")
+        fields[name[9:]] = value
+    if not {"Run", "Event", "Writer"} <= set(fields):
+        raise ValueError("a run commit names its run, event and writer")
+    return reason, fields
+
+
+def events(store: GitStore, run_id: str,
+           head: str) -> Iterator[tuple[CommitInfo, str, dict[str, str]]]:
+    """The run's commits oldest first, each with its reason and trailers."""
+    for info in list(store.walk(head))[::-1]:
+        reason, fields = parse(info.message)
+        if fields["Run"] != run_id:
+            raise ValueError(f"names run {fields['Run']!r}, on the ref of {run_id!r}")
+        yield info, reason, fields
+
+
+def encode_run(run: dict[str, Any]) -> bytes:
+    """run.json's bytes, as every run commit holds them."""
+    return (json.dumps(run, ensure_ascii=False, indent=2, sort_keys=True) + "\n").encode()
