@@ -13,9 +13,11 @@ The same server as on stdio (mcp_server.build_server), behind three guards:
 
 from __future__ import annotations
 
+import errno
 import hmac
 import ipaddress
 import os
+import socket
 import sys
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
@@ -144,9 +146,26 @@ def serve_http(agent_dir: str | Path, host: str, port: int, token: str | None,
 
     app = build_app(agent_dir, host, port, token, allow_hosts, allow_origins)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    listening = _listen(host.strip("[]"), port)  # bound before the address is announced
     shown = f"[{host}]" if ":" in host else host
     sys.stderr.write(f"gitstate: MCP over Streamable HTTP at http://{shown}:{port}/mcp"
-                     + (" (bearer token required)" if token else "") + "\n")
+                     + (" (bearer token required)" if token else "") + "; stop it with "
+                     "Ctrl-C\n")
     sys.stderr.flush()
-    uvicorn.run(app, host=host.strip("[]"), port=port, log_level="warning",
-                lifespan="on")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on")).run(
+        sockets=[listening])
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, or a usage error naming why the address cannot be had."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise UsageError(f"port {port} on {host} is already in use (another server, "
+                             "perhaps another `gitstate mcp --http`); nothing was started: "
+                             "choose another with --port", rule="usage.port_in_use") from None
+        raise UsageError(f"cannot listen on {host} port {port} ({exc.strerror or exc}); "
+                         "nothing was started: check --host and --port",
+                         rule="usage.listen") from None

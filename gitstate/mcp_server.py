@@ -17,7 +17,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
+import signal
 import sys
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -72,7 +75,7 @@ class Handlers:
     def __init__(self, repo: StateRepo, watcher: Watcher) -> None:
         self.repo = repo
         self.watcher = watcher
-        self.tool_list = mcp_tools.tools(repo, _declared_keys(repo))
+        self.tool_list = mcp_tools.tools(repo.config, _declared_keys(repo))
         self.by_name = {t.name: t for t in self.tool_list}
         self.wire_tools = [t.wire() for t in self.tool_list]
 
@@ -259,7 +262,34 @@ def _version() -> str:
 
 
 def serve(agent_dir: str | Path) -> None:
-    """Run the server on stdio until the client closes it."""
+    """Run the server on stdio until the client closes it or SIGINT (Ctrl-C) arrives. On
+    a terminal, one line on stderr says what it is and how to stop it."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     server = build_server(agent_dir)
-    anyio.run(mcp_sdk.run_stdio, server)
+    anyio.run(_serve_stdio, server, str(agent_dir))
+
+
+async def _serve_stdio(server: Any, agent_dir: str) -> None:
+    async with anyio.create_task_group() as group:
+        if threading.current_thread() is threading.main_thread():
+            await group.start(_stop_on_interrupt)
+        if sys.stdin.isatty():
+            sys.stderr.write(f"gitstate: MCP server for {agent_dir} speaking JSON-RPC on "
+                             "stdio (an MCP client starts it); stop it with Ctrl-C or Ctrl-D\n")
+            sys.stderr.flush()
+        await mcp_sdk.run_stdio(server)
+        group.cancel_scope.cancel()  # the client closed stdin
+
+
+async def _stop_on_interrupt(*, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+    """SIGINT ends the server at once. The SDK reads stdin in a worker thread that no
+    cancellation interrupts (so a cancelled server waited for Ctrl-D), so the process ends
+    by the signal itself, as a shell expects (status 130). A write it cuts short is a
+    killed write, which the write path survives (repaired on the next open)."""
+    with anyio.open_signal_receiver(signal.SIGINT) as signals:
+        task_status.started()
+        async for signum in signals:
+            sys.stderr.write("gitstate: MCP server stopped (interrupted)\n")
+            sys.stderr.flush()
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)

@@ -18,7 +18,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -28,6 +28,9 @@ from .mcp_schema import RunOut, StateOut, WriteOut, clean_schema, inline_schema
 from .planners import UNSET, Expected
 from .repo import StateRepo
 from .results import refusal, to_json
+
+if TYPE_CHECKING:
+    from .config import Config
 
 log = logging.getLogger("gitstate.mcp")
 
@@ -240,9 +243,9 @@ def _set(repo: StateRepo, a: SetArgs) -> object:
                     expected=_expected(a.expected_value, a.expected_json, a.expect_absent))
 
 
-def tools(repo: StateRepo, declared: str) -> list[Tool]:
-    """The tools for ``repo`` (descriptions name its config's limits and schema's keys)."""
-    config = repo.config
+def tools(config: Config, declared: str) -> list[Tool]:
+    """The server's tools (descriptions name the config's limits and the schema's keys);
+    `gitstate mcp --help` lists them from here too."""
     return [
         Tool("working_state_set", (
             "Set or update one key of your working state (one audited commit). Call it the "

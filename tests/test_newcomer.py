@@ -4,10 +4,22 @@ demo, hand edits that break the file, the MCP server run by hand, and small word
 from __future__ import annotations
 
 import json
+import os
+import pty
+import re
+import select
+import signal
+import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _value(agent: Path, key: str) -> object:
@@ -97,3 +109,66 @@ def test_a_hand_edit_that_breaks_the_file_is_reported(tmp_path: Path) -> None:
     assert run_cli("verify", agent_dir=tmp_path).returncode == 0
     out = run_cli("adopt", "--discard", agent_dir=tmp_path)
     assert out.returncode == 1 and "adopt.nothing" in out.stderr
+
+
+def test_mcp_by_hand_says_what_it_is_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    """`gitstate mcp` on a terminal prints one line on stderr (MCP on stdio, how to stop),
+    and SIGINT ends the real process at once (it waited for Ctrl-D before)."""
+    pytest.importorskip("mcp")
+    run_cli("init", agent_dir=tmp_path)
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "gitstate", "--agent-dir", str(tmp_path),
+                             "mcp"], stdin=terminal, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        ready, _, _ = select.select([proc.stderr], [], [], 30)
+        line = proc.stderr.readline() if ready else ""
+        assert "MCP" in line and "stdio" in line and "Ctrl-C" in line, line
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == -signal.SIGINT
+        assert time.monotonic() - started < 5
+        assert "stopped" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(controller)
+        os.close(terminal)
+
+
+def test_mcp_http_on_a_busy_port_fails_before_announcing(tmp_path: Path) -> None:
+    """A busy --port is a usage error naming the port, and nothing says the server started."""
+    pytest.importorskip("mcp")
+    run_cli("init", agent_dir=tmp_path)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = run_cli("mcp", "--http", "--port", str(port), agent_dir=tmp_path, process=True)
+    assert out.returncode == 2 and "usage.port_in_use" in out.stderr, out.stderr
+    assert str(port) in out.stderr and "--port" in out.stderr
+    assert "http://" not in out.stderr and out.stdout == ""
+
+
+def _readme_tools() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    listed = text.split("serves the tools", 1)[1].split("(and the resources", 1)[0]
+    return re.findall(r"`([a-z_]+)`", listed)
+
+
+def test_mcp_help_and_readme_list_the_servers_tools() -> None:
+    """`mcp --help` lists every tool of the server's own list, in its order, with its
+    description's first sentence; README's list is the same."""
+    from gitstate.config import Config
+    from gitstate.mcp_tools import tools
+
+    server = tools(Config(), "")
+    names = [t.name for t in server]
+    assert len(names) == 6
+    helped = run_cli("mcp", "--help").stdout
+    section = helped.split("Tools:", 1)[1].split("Options:", 1)[0]
+    assert re.findall(r"^  ([a-z_]+) ", section, re.M) == names
+    assert " ".join(server[-1].description.split(". ")[0].split()) in " ".join(section.split())
+    assert _readme_tools() == names

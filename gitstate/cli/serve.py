@@ -10,7 +10,21 @@ from ..errors import UsageError
 from .context import Ctx
 
 
-@click.command()
+class McpCommand(click.Command):
+    """`mcp`, whose help lists the tools from the server's own list (mcp_tools.tools), so
+    the help cannot fall behind the server; loaded only when that help is shown."""
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        super().format_help_text(ctx, formatter)
+        from ..config import Config
+        from ..mcp_tools import tools
+
+        with formatter.section("Tools"):
+            formatter.write_dl([(t.name, t.description.split(". ")[0].rstrip(".") + ".")
+                                for t in tools(Config(), "")])
+
+
+@click.command(cls=McpCommand)
 @click.option("--http", "http", is_flag=True, help="Serve MCP over Streamable HTTP at "
               "http://HOST:PORT/mcp instead of stdio.")
 @click.option("--host", default="127.0.0.1", show_default=True,
@@ -32,12 +46,23 @@ def mcp(obj: Ctx, http: bool, host: str, port: int, token_env: str, token_file: 
     """Run the MCP server on stdio, or over Streamable HTTP with --http (needs the extra:
     pip install 'gitstate[mcp]').
 
+    An MCP client (Claude Code, Codex CLI, Gemini CLI, Cursor, ...) starts it and speaks
+    JSON-RPC on its stdin and stdout; started by hand on a terminal it says so on stderr
+    and waits. Ctrl-C (SIGINT) stops it at once, Ctrl-D (end of input) too.
+
     \b
-    Tools: working_state_set, working_state_clear, working_state_handoff, working_state_get,
-    run_get, run_propose. Prompt: working_state_rules.
+    gitstate --agent-dir ~/agents/trader mcp
+    gitstate --agent-dir ~/agents/trader mcp --http --port 8765
+
+    \b
+    Prompt: working_state_rules.
     Resources: gitstate://section, gitstate://state, gitstate://key/{key} (with completion
     of key names); subscriptions notify on every change, whoever made it.
     See docs/mcp.md and examples/ for client configs.
+
+    Exit status: 0 when the client closed the connection; 130 (killed by SIGINT) after
+    Ctrl-C; 2 a usage error (the mcp extra missing, an uninitialised directory, a --port
+    already in use: usage.port_in_use).
     """
     try:
         from ..mcp_server import serve
