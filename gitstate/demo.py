@@ -6,6 +6,7 @@ Runs in a temporary agent directory on a simulated clock (Asia/Taipei), through 
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -15,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 import click
 
-from .errors import CasMismatch
+from .errors import CasMismatch, UsageError
 from .repo import StateRepo
 
 TZ = ZoneInfo("Asia/Taipei")
@@ -51,9 +52,17 @@ def _section(repo: StateRepo, clock: _Clock) -> None:
         "\n", "\n" + click.style("  | ", fg="green")) if text else "  (empty section)")
 
 
-def run_demo(agent_dir: Path | None = None, keep: bool = False) -> Path:
-    """Run the demo; returns the agent directory used."""
+def run_demo(agent_dir: Path | None = None, keep: bool = True) -> Path:
+    """Run the demo in ``agent_dir`` (new or empty), or in a new directory under the
+    system's temporary directory; returns the directory used. The report is written
+    inside it (``report/``). Without ``keep`` a temporary directory is removed at the end,
+    report and all; a given directory is always kept."""
     temp = agent_dir is None
+    if agent_dir is not None and agent_dir.exists() and (
+            not agent_dir.is_dir() or any(agent_dir.iterdir())):
+        raise UsageError(f"{agent_dir} is not a new or empty directory: the demo writes its "
+                         "own config.toml and state/ there; give a new directory, or none "
+                         "(a temporary one)", rule="usage.demo_dir")
     root = Path(tempfile.mkdtemp(prefix="gitstate-demo-")) if agent_dir is None else agent_dir
     root.mkdir(parents=True, exist_ok=True)
     (root / "config.toml").write_text(
@@ -106,16 +115,41 @@ def run_demo(agent_dir: Path | None = None, keep: bool = False) -> Path:
         head = repo.head()
         from .report import write_report
 
-        site = Path(tempfile.mkdtemp(prefix="gitstate-demo-report-"))
+        site = root / "report"
         pages = write_report(repo, site, "trader-agent")
     click.secho(f"\nDone: {head[:12]} is HEAD; every change above is one commit.", bold=True)
-    click.echo(f"The auditor's report ({pages} pages, no network needed): "
-               f"{(site / 'index.html').as_uri()}")
     if temp and not keep:
         shutil.rmtree(root, ignore_errors=True)
-    else:
-        click.echo(f"Explore it: cd {root}/state && git log -p")
+        click.echo(f"Removed {root} and its report (--no-keep); run `gitstate demo` to keep "
+                   "them.")
+        return root
+    click.echo(f"The auditor's report ({pages} pages, no network needed): "
+               f"{(site / 'index.html').absolute().as_uri()}")
+    _what_next(root.absolute(), temp)
     return root
+
+
+def _what_next(root: Path, temp: bool) -> None:
+    q = shlex.quote
+    at = f"{q(str(root))}"
+    kept = (f"Kept in {root} (under the system's temporary directory; remove it with "
+            f"`rm -rf {at}`)." if temp else f"Kept in {root}.")
+    click.secho(f"\n{kept} What next:", bold=True)
+    lines = [
+        (f"export GITSTATE_AGENT_DIR={at}", "or --agent-dir DIR before each command"),
+        ("gitstate get", "the state now, with the recent changes"),
+        ("gitstate render --at 2026-08-13T11:03+08:00", "exactly what the 11:03 wake-up saw"),
+        ("gitstate log --key stop_loss.2317", "the supersession chain of the stop-loss"),
+        ("gitstate log --refused", "the write the compare-and-swap refused"),
+        ("gitstate verify", "integrity, replay and the other checks"),
+        (f"git -C {q(str(root / 'state'))} log -p", "the same audit trail with plain git"),
+    ]
+    width = max(len(cmd) for cmd, _ in lines)
+    for cmd, what in lines:
+        click.echo(f"  {cmd.ljust(width)}  # {what}")
+    click.echo("Your own agent: `gitstate --agent-dir ~/agents/NAME init`, then README.md's "
+               "tour of the CLI, docs/mcp.md (the tools) and hooks/ (the section in every "
+               "wake-up).")
 
 
 def _print_log(repo: StateRepo) -> None:

@@ -113,7 +113,7 @@ def test_help_teaches(tmp_path: Path) -> None:
 
 def test_demo_runs_and_tells_the_story() -> None:
     """gitstate demo replays the seed's day in seconds."""
-    out = run_cli("demo")
+    out = run_cli("demo", "--no-keep")
     assert out.returncode == 0, out.stderr
     assert "cas.mismatch" in out.stdout
     assert "- stop_loss.2317 = 262（08-13 09:04 設；理由：跌破即出場不猶豫；有效至 08-13 13:30）" in out.stdout

@@ -172,3 +172,53 @@ def test_mcp_help_and_readme_list_the_servers_tools() -> None:
     assert re.findall(r"^  ([a-z_]+) ", section, re.M) == names
     assert " ".join(server[-1].description.split(". ")[0].split()) in " ".join(section.split())
     assert _readme_tools() == names
+
+
+def _demo(*args: str, tmp: Path, env: dict[str, str] | None = None) -> \
+        subprocess.CompletedProcess[str]:
+    tmp.mkdir(exist_ok=True)
+    return run_cli(*args, env={"TMPDIR": str(tmp), **(env or {})}, process=True)
+
+
+def test_the_demo_keeps_its_directory_and_says_what_next(tmp_path: Path) -> None:
+    """`gitstate demo` keeps its directory (under the temporary one, with the report inside
+    it: nothing else is left there) and ends with the next commands, each of which runs;
+    --no-keep leaves nothing."""
+    tmp = tmp_path / "tmp"
+    out = _demo("demo", tmp=tmp)
+    assert out.returncode == 0, out.stderr
+    [kept] = list(tmp.iterdir())
+    assert kept.name.startswith("gitstate-demo-") and (kept / "state" / ".git").is_dir()
+    report = re.search(r"file://(\S+)", out.stdout)
+    assert report and Path(report.group(1)) == kept / "report" / "index.html"
+    assert Path(report.group(1)).is_file()
+    tail = out.stdout.split("What next:", 1)[1]
+    assert f"export GITSTATE_AGENT_DIR={kept}" in tail and f"rm -rf {kept}" in out.stdout
+    commands = [line.split("#")[0].split() for line in tail.splitlines()
+                if line.startswith("  gitstate ")]
+    assert len(commands) >= 4
+    for words in commands:
+        done = run_cli(*words[1:], agent_dir=kept)
+        assert done.returncode == 0, (words, done.stderr)
+    assert "262" in run_cli("render", "--at", "2026-08-13T11:03+08:00", agent_dir=kept).stdout
+    gone = tmp_path / "gone"
+    out = _demo("demo", "--no-keep", tmp=gone)
+    assert out.returncode == 0 and list(gone.iterdir()) == [] and "Removed" in out.stdout
+
+
+def test_the_demo_uses_the_agent_dir_it_is_given(tmp_path: Path) -> None:
+    """`gitstate --agent-dir X demo` runs in X (new or empty, else usage.demo_dir);
+    GITSTATE_AGENT_DIR is not written into, and the demo says so."""
+    tmp = tmp_path / "tmp"
+    given = tmp_path / "given"
+    out = _demo("--agent-dir", str(given), "demo", tmp=tmp)
+    assert out.returncode == 0, out.stderr
+    assert (given / "state" / ".git").is_dir() and (given / "report" / "index.html").is_file()
+    assert f"Kept in {given}" in out.stdout and list(tmp.iterdir()) == []
+    out = _demo("--agent-dir", str(given), "demo", tmp=tmp)
+    assert out.returncode == 2 and "usage.demo_dir" in out.stderr
+    mine = tmp_path / "mine"
+    run_cli("init", agent_dir=mine)
+    out = _demo("demo", "--no-keep", tmp=tmp, env={"GITSTATE_AGENT_DIR": str(mine)})
+    assert out.returncode == 0 and "GITSTATE_AGENT_DIR" in out.stderr
+    assert sorted(p.name for p in mine.iterdir()) == ["state"]

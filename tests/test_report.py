@@ -186,7 +186,7 @@ def test_the_demo_ends_with_the_report() -> None:
     assert found, out.stdout[-500:]
     index = Path(found.group(2))
     assert index.is_file() and "verify: ok" in index.read_text(encoding="utf-8")
-    shutil.rmtree(index.parent, ignore_errors=True)
+    shutil.rmtree(index.parent.parent, ignore_errors=True)  # the kept agent directory
 
 
 # -- a real browser ------------------------------------------------------------------------

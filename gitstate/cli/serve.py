@@ -80,11 +80,41 @@ def mcp(obj: Ctx, http: bool, host: str, port: int, token_env: str, token_file: 
 
 
 @click.command()
-@click.option("--keep", is_flag=True, help="Keep the temporary agent directory.")
+@click.option("--keep/--no-keep", default=True, show_default=True,
+              help="Keep the temporary agent directory and its report (--no-keep removes "
+              "both at the end; a directory you give is always kept).")
 @click.option("--agent-dir", "demo_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Run in this (new) directory instead of a temporary one.")
-def demo(keep: bool, demo_dir: Path | None) -> None:
-    """Replay the three-stop-loss day in a temporary agent directory."""
+              help="Run in this new or empty directory instead of a temporary one (the "
+              "same as `gitstate --agent-dir DIR demo`).")
+@click.pass_context
+def demo(ctx: click.Context, keep: bool, demo_dir: Path | None) -> None:
+    """Replay the three-stop-loss day in a new agent directory, which is kept, and end with
+    the next commands to try and the report's path.
+
+    \b
+    gitstate demo                          # in a new directory under the temporary one
+    gitstate --agent-dir ~/try demo        # in ~/try (new or empty)
+    gitstate demo --no-keep                # remove it all at the end
+
+    GITSTATE_AGENT_DIR is not used: the demo never writes into an existing agent directory.
+    Exit status: 0 done; 2 a usage error (a directory that is not new or empty:
+    usage.demo_dir).
+    """
+    from click.core import ParameterSource
+
     from ..demo import run_demo
 
+    root = ctx.find_root()
+    obj = ctx.find_object(Ctx)
+    given = obj.agent_dir if obj is not None else Path(".")
+    if root.get_parameter_source("agent_dir") == ParameterSource.COMMANDLINE:
+        if demo_dir is not None and demo_dir.absolute() != given.absolute():
+            raise UsageError(f"two directories given: --agent-dir {given} before demo and "
+                             f"--agent-dir {demo_dir} after it; give one",
+                             rule="usage.demo_dir")
+        demo_dir = given
+    elif root.get_parameter_source("agent_dir") == ParameterSource.ENVIRONMENT \
+            and demo_dir is None:
+        click.echo(f"gitstate: note: GITSTATE_AGENT_DIR ({given}) is not used by the demo, "
+                   "which writes a new directory; give --agent-dir DIR to choose it", err=True)
     run_demo(demo_dir, keep=keep)
