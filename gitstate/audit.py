@@ -112,6 +112,14 @@ def log(repo: StateRepo, key: str | None = None, limit: int | None = None,
             break
 
 
+def keys_ever(repo: StateRepo) -> set[str]:
+    """Every key any change touched (for telling a mistyped key from a quiet one)."""
+    keys: set[str] = set()
+    for rec in repo.history_iter():
+        keys.update([rec["key"]] if rec["key"] else (rec.get("adopt") or {}).get("keys", {}))
+    return keys
+
+
 def blame(repo: StateRepo) -> dict[str, dict[str, Any]]:
     """For every current key, the newest change that touched it (which set its value)."""
     state = repo.state()

@@ -145,7 +145,8 @@ class SyncResult:
     action: str = field(metadata=doc("up-to-date, ahead, fast-forward, pushed or rebased."))
     head: str
     remote: str | None = field(metadata=doc("The remote's main after the call."))
-    pushed: int = 0
+    pushed: int = field(default=0, metadata=doc("Local commits the push published."))
+    pulled: int = field(default=0, metadata=doc("Remote commits the pull fast-forwarded to."))
     rebased: int = 0
     refused: list[dict[str, Any]] = field(default_factory=list, metadata=doc(
         "Local changes that could not be re-applied, with both sides."))
@@ -168,7 +169,7 @@ class SyncStatus:
     remote_seen: str | None = field(metadata=doc("The remote's main when last seen (the "
                                                  "push lease)."))
     ahead: int | None = field(metadata=doc("Local commits not on the remote yet; null when "
-                                           "the two have diverged."))
+                                           "the two have diverged or no remote is set."))
     behind: int
     sync: str = field(metadata=doc("The [gitstate] sync mode."))
     unpushed_refs: list[str] = field(metadata=doc("Refs keeping local changes a push could "

@@ -275,20 +275,20 @@ class Remote:
             self._move_main(local, remote, lease, "the pull")
             self.tree.refresh(remote)
             result.action, result.head = "fast-forward", remote
-            result.pushed = sum(1 for _ in self.store.walk(remote, local))
+            result.pulled = sum(1 for _ in self.store.walk(remote, local))
             return result
 
     def status(self) -> SyncStatus:
         """Where local main stands against the commit last seen on the remote (no
         network)."""
         store = self.store
-        head, seen = self.reader.head(), store.ref(REMOTE_REF)
-        ahead = sum(1 for _ in store.walk(head, seen)) if seen is None or \
-            store.is_ancestor(seen, head) else None
+        head, seen, url = self.reader.head(), store.ref(REMOTE_REF), store.remote_url()
+        ahead = None if url is None else sum(1 for _ in store.walk(head, seen)) \
+            if seen is None or store.is_ancestor(seen, head) else None
         behind = sum(1 for _ in store.walk(seen, head)) if seen and \
             store.is_ancestor(head, seen) else 0
         unpushed = store.git_dir / UNPUSHED
-        return SyncStatus(head, store.remote_url(), seen, ahead, behind, self.config.sync,
+        return SyncStatus(head, url, seen, ahead, behind, self.config.sync,
                           sorted(p.name for p in unpushed.glob("*")) if unpushed.is_dir()
                           else [], self.reader.worktree_warnings())
 

@@ -222,3 +222,80 @@ def test_the_demo_uses_the_agent_dir_it_is_given(tmp_path: Path) -> None:
     out = _demo("demo", "--no-keep", tmp=tmp, env={"GITSTATE_AGENT_DIR": str(mine)})
     assert out.returncode == 0 and "GITSTATE_AGENT_DIR" in out.stderr
     assert sorted(p.name for p in mine.iterdir()) == ["state"]
+
+
+def test_pull_says_pulled_and_status_without_a_remote_says_so(tmp_path: Path) -> None:
+    """pull counts what it pulled as pulled (never "pushed"); status and fleet say "no
+    remote" instead of counting every commit as ahead of a remote that does not exist."""
+    bare = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    a, b = tmp_path / "agents" / "a", tmp_path / "agents" / "b"
+    run_cli("init", agent_dir=a)
+    run_cli("remote", "set", str(bare), agent_dir=a)
+    assert run_cli("push", agent_dir=a).returncode == 0
+    assert run_cli("clone", str(bare), str(b)).returncode == 0
+    run_cli("set", "k", "1", "-r", "r", agent_dir=a)
+    run_cli("set", "k", "2", "-r", "r", agent_dir=a)
+    assert run_cli("push", agent_dir=a).returncode == 0
+    out = run_cli("pull", agent_dir=b)
+    assert out.returncode == 0 and "pulled 2" in out.stdout and "pushed" not in out.stdout
+    assert json.loads(run_cli("pull", "--json", agent_dir=a).stdout)["pulled"] == 0
+    lone = tmp_path / "agents" / "lone"
+    run_cli("init", agent_dir=lone)
+    run_cli("set", "k", "1", "-r", "r", agent_dir=lone)
+    out = run_cli("status", agent_dir=lone)
+    assert "no remote" in out.stdout and "ahead" not in out.stdout, out.stdout
+    assert json.loads(run_cli("status", "--json", agent_dir=lone).stdout)["ahead"] is None
+    assert "0 ahead, 0 behind" in run_cli("status", agent_dir=a).stdout
+    rows = run_cli("fleet", str(tmp_path / "agents")).stdout.splitlines()
+    [lone_row] = [r for r in rows if r.startswith("lone:")]
+    assert "no remote" in lone_row and "ahead" not in lone_row
+    assert any(r.startswith("a:") and "0 ahead, 0 behind" in r for r in rows), rows
+
+
+def test_lookups_that_find_nothing_say_so(tmp_path: Path) -> None:
+    """`log --key` with a key no change touched names the nearest key (exit 1,
+    log.unknown_key); `fleet` over a directory without agents says so (exit 1,
+    fleet.empty). A real key with nothing in the window stays a quiet exit 0."""
+    run_cli("init", agent_dir=tmp_path / "agent")
+    run_cli("set", "stop_loss.2317", "262", "-r", "r", agent_dir=tmp_path / "agent")
+    out = run_cli("log", "--key", "stop_loss.2137", agent_dir=tmp_path / "agent")
+    assert out.returncode == 1 and "log.unknown_key" in out.stderr
+    assert "Did you mean 'stop_loss.2317'?" in out.stderr
+    out = run_cli("log", "--key", "stop_loss.2317", "--since", "2999-01-01T00:00Z",
+                  agent_dir=tmp_path / "agent")
+    assert (out.returncode, out.stdout) == (0, "")
+    (tmp_path / "empty").mkdir()
+    out = run_cli("fleet", str(tmp_path / "empty"))
+    assert out.returncode == 1 and "fleet.empty" in out.stderr and "state/.git" in out.stderr
+
+
+def _help_texts() -> dict[str, str]:
+    import click
+
+    from gitstate.cli import cli
+
+    texts = {}
+
+    def walk(command: click.Command, path: list[str], parent: click.Context | None) -> None:
+        ctx = click.Context(command, info_name=path[-1], parent=parent)
+        texts[" ".join(path)] = command.get_help(ctx)
+        if isinstance(command, click.Group):
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                assert sub is not None
+                walk(sub, [*path, name], ctx)
+
+    walk(cli, ["gitstate"], None)
+    return texts
+
+
+def test_every_doc_cited_in_help_exists() -> None:
+    """Every docs/*.md (and other repository path) a --help page cites is a real file."""
+    texts = _help_texts()
+    assert len(texts) > 40
+    cited = {(where, m) for where, text in texts.items()
+             for m in re.findall(r"\bdocs/[\w./-]+?\.md\b", " ".join(text.split()))}
+    assert cited
+    missing = [(where, path) for where, path in cited if not (ROOT / path).is_file()]
+    assert not missing, missing

@@ -10,7 +10,7 @@ import click
 
 from .. import textsafe
 from ..errors import Refused
-from .context import Ctx, emit, json_option, parse_now, shown, value_text
+from .context import Ctx, did_you_mean, emit, json_option, parse_now, shown, value_text
 
 
 def _log_line(rec: dict[str, Any]) -> str:
@@ -48,7 +48,14 @@ def log(obj: Ctx, key: str | None, limit: int | None, since: str | None, thread:
     """The supersession chain, newest first: time, key, old -> new, actor, reason.
 
     With --json, one JSON object per line (the fields of working_state_history.jsonl).
-    With --refused, the writes a rule refused, newest first (docs/audit.md).
+    With --refused, the writes a rule refused, newest first (docs/auditing.md).
+
+    \b
+    gitstate log --key stop_loss.2317 -n 20
+    gitstate log --refused --key stop_loss.2317
+
+    Exit 1 (log.unknown_key, with the nearest key) when --key names a key no change ever
+    touched.
     """
     from ..audit import log as log_view
 
@@ -62,8 +69,18 @@ def log(obj: Ctx, key: str | None, limit: int | None, since: str | None, thread:
             click.echo(textsafe.dumps(row) if as_json else _thread_line(shown(row)))
         return
     with obj.repo() as repo:
+        found = False
         for rec in log_view(repo, key=key, limit=limit, since=parse_now(since)):
+            found = True
             click.echo(textsafe.dumps(rec) if as_json else _log_line(shown(rec)))
+        if key is not None and not found:
+            from ..audit import keys_ever
+
+            known = keys_ever(repo)
+            if key not in known:
+                raise Refused(f"no change of the key {key!r} was ever recorded."
+                              + did_you_mean(key, known), rule="log.unknown_key",
+                              keys=sorted(known))
 
 
 def _thread_line(r: dict[str, Any]) -> str:

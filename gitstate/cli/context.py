@@ -7,7 +7,7 @@ the repository (dulwich) is opened by :meth:`Ctx.repo` when a command runs.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -161,6 +161,15 @@ def shown(data: Any) -> Any:
     if isinstance(data, list | tuple):
         return [shown(v) for v in data]
     return data
+
+
+def did_you_mean(name: str, names: Iterable[str]) -> str:
+    """The CLI's one suggestion for a name that does not exist: " Did you mean 'x'?" for the
+    nearest of ``names`` (difflib's ratio, at least 0.6), else ""."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.6)
+    return f" Did you mean {close[0]!r}?" if close else ""
 
 
 def warn(message: str) -> None:

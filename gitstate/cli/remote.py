@@ -52,6 +52,7 @@ def remote_unset(obj: Ctx) -> None:
 def _sync_text(r: dict[str, Any]) -> str:
     lines = [f"{r['action']}: main at {r['head'][:12]}"
              + (f", pushed {r['pushed']}" if r["pushed"] else "")
+             + (f", pulled {r['pulled']}" if r["pulled"] else "")
              + (f", re-applied {r['rebased']}" if r["rebased"] else "")]
     for c in r["refused"]:
         lines.append(f"refused {c['commit'][:12]} ({c['reason']}): [{c['rule']}] {c['message']}")
@@ -69,6 +70,14 @@ def _sync_text(r: dict[str, Any]) -> str:
     for name, why in (runs.get("refused") or {}).items():
         lines.append(f"run {name} not pushed: {why}")
     return "\n".join(lines)
+
+
+def _against_remote(data: dict[str, Any]) -> str:
+    """Ahead and behind, said only when there is a remote to be ahead of."""
+    if not data["remote_url"]:
+        return "no remote (`gitstate remote set URL` adds one)"
+    ahead = "diverged" if data["ahead"] is None else f"{data['ahead']} ahead"
+    return f"remote {data['remote_url']}: {ahead}, {data['behind']} behind"
 
 
 @click.command()
@@ -107,8 +116,7 @@ def status(obj: Ctx, as_json: bool) -> None:
         status = repo.sync_status()
 
     def text(data: dict[str, Any]) -> str:
-        out = (f"main {data['head'][:12]}; remote {data['remote_url'] or '(none)'}; "
-               f"{data['ahead']} ahead, {data['behind']} behind; sync {data['sync']}")
+        out = f"main {data['head'][:12]}; " + _against_remote(data) + f"; sync {data['sync']}"
         if data["unpushed_refs"]:
             out += "\nunresolved: " + ", ".join(data["unpushed_refs"])
         return out
@@ -159,7 +167,13 @@ def verify_push(old: str, new: str, ref: str, git_dir: Path) -> None:
 @json_option
 def fleet(root: Path, expiring_hours: float, as_json: bool) -> None:
     """One row per agent directory under ROOT: keys, last change, expiring keys, verify,
-    ahead/behind the remote."""
+    ahead/behind the remote (or "no remote").
+
+    \b
+    gitstate fleet ~/agents --expiring-hours 2
+
+    Exit 1 (fleet.empty) when ROOT holds no agent directory.
+    """
     from ..audit import fleet as do_fleet
 
     def progress(items: list[Path]) -> Any:
@@ -176,6 +190,10 @@ def fleet(root: Path, expiring_hours: float, as_json: bool) -> None:
             yield from it
 
     rows = do_fleet(root, expiring_hours, progress=wrapped)
+    if not rows:
+        raise Refused(f"no agent directory under {root} (an agent directory holds "
+                      "state/.git): give the directory that holds the agents' directories",
+                      rule="fleet.empty")
     if as_json:
         emit(rows, True, "")
         return
@@ -187,4 +205,4 @@ def fleet(root: Path, expiring_hours: float, as_json: bool) -> None:
         click.echo(f"{r['agent']}: {r['live_keys']} live keys; last {last['time']} "
                    f"{last['actor']}: {last['reason'][:60]}; expiring: "
                    f"{', '.join(r['expiring']) or '-'}; verify {r['verify']}; "
-                   f"ahead {r['ahead']}, behind {r['behind']}")
+                   + _against_remote({**r, "remote_url": r["remote"]}))

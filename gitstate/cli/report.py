@@ -22,7 +22,7 @@ def report(obj: Ctx, out: Path, fleet_root: Path | None) -> None:
     DIR/index.html from disk): the overview (live keys, handoff, verify, recent wake-ups),
     one timeline per key (the value over time; sets, clears, expiries, reverts, refused
     attempts and wake-ups marked; every event in a table), and a page per recent commit (the
-    key-level change and the section before and after). docs/audit.md.
+    key-level change and the section before and after). docs/auditing.md.
     """
     from ..report import write_fleet, write_report
 
