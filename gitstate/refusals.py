@@ -114,6 +114,8 @@ def record(store: GitStore, identity: bytes, **fields: Any) -> str | None:
                        + (f"{PREVIOUS_TRAILER}{previous}\n" if previous else "")).encode()
             when = int(datetime.fromisoformat(str(entry["time"]).replace("Z", "+00:00"))
                        .timestamp())
+            if head is not None:  # commit times never go back within a ref (a clock that
+                when = max(when, store.commit_times(head)[1])  # stepped back: the parent's)
             commit = store.commit(head, {FILE: data}, message, identity, when, ref=REF)
         store.consolidate()  # outside the journal's lock, as after any write
         return commit
@@ -228,8 +230,14 @@ def origin_id(git_dir: Path) -> str:
 
 def check_chain(store: GitStore, head: str) -> list[str]:
     """A journal from elsewhere (a pull, a push to the server): every commit holds only
-    refusal.json, equal to its trailer; no merge; no more than RETAIN records."""
-    out = []
+    refusal.json, equal to its trailer; no merge; no more than RETAIN records; dated by
+    the clock rule of every namespace (``foreign.time_problem``)."""
+    import time
+
+    from .foreign import time_problem
+
+    out: list[str] = []
+    now, newer = time.time(), None
     for n, info in enumerate(store.walk(head), 1):
         if n > RETAIN:
             return [f"more than {RETAIN} records in one chain"]
@@ -241,6 +249,14 @@ def check_chain(store: GitStore, head: str) -> list[str]:
                 raise ValueError(f"the tree must hold only {FILE}, a regular file")
             if store.object_size(entries[0][2]) > 64 << 10:  # before reading it whole
                 raise ValueError(f"{FILE} is over 64 KiB")
+            author_time, commit_time = store.commit_times(info.id)
+            clock = time_problem(author_time, commit_time, None, now)
+            if clock is None and newer is not None and newer < commit_time:
+                clock = ("time.backwards", "a newer record is dated before this one: commit "
+                         "times within a ref never go back")
+            if clock is not None:
+                raise ValueError(f"[{clock[0]}] {clock[1]}")
+            newer = commit_time
             entry = parse(info.message)
             data = store.read_file(info.id, FILE) or b"null"
             if json.loads(data) != entry:

@@ -312,3 +312,28 @@ def test_honest_decisions_and_their_run_event_pass_pull_and_the_hook(world: Worl
         assert pulled.runs["pulled"] == [RUN]
         assert repo.runs.read(RUN).next["action"] == "continue"
         assert repo.runs.verify(RUN) == []
+
+
+# -- refusal journals: the same clock rule --------------------------------------------------
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_pull_refuses_a_journal_dated_ahead(world: World, transport: str,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new journal whose one record is committed a day ahead of the receiver's clock."""
+    from tests.test_refusals import _forge
+
+    with StateRepo(world.b) as repo:
+        repo.pull()
+    ahead = int(time.time()) + 86400
+    monkeypatch.setenv("GIT_COMMITTER_DATE", f"{ahead} +0000")
+    monkeypatch.setenv("GIT_AUTHOR_DATE", f"{ahead} +0000")
+    git(world.bare, "update-ref", "refs/gitstate/refusals/00000000000000aa",
+        _forge(world.bare, None))
+    before = Snapshot(world.b)
+    with served(transport, world.bare) as url, StateRepo(world.b) as repo:
+        repo.store.set_remote_url(url)
+        with pytest.raises(GitStateError) as err:
+            repo.pull()
+        assert err.value.rule == "remote.refusals_invalid", err.value.message
+        assert "[time.future]" in err.value.message, err.value.message
+    before.unchanged()
