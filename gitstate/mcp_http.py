@@ -1,22 +1,21 @@
 """MCP over Streamable HTTP: ``gitstate mcp --http``, for agents that reach their state over
 the network.
 
-The same server as on stdio (mcp_server.build_server), behind three guards:
+The same server as on stdio (mcp_server.build_server), behind these guards:
 
 * binding: loopback (127.0.0.1) by default; any other address needs a bearer token, read
   from an environment variable or a file (never from the command line, where every user of
   the machine can read it in the process list);
-* DNS rebinding: the Host header must name the bound address (or an allowed one) and a
-  browser's Origin must be an allowed one (the SDK's transport security);
+* httpguard, the checks ``gitstate serve`` makes too: the Host header (DNS rebinding, 421),
+  a browser's Origin (403), the OAuth discovery paths (404, before the token), the bearer
+  token (401, a missing one and a wrong one told apart), a CSP and ``nosniff`` on every
+  response;
 * size: a request body over MAX_BODY_BYTES is refused before it is parsed.
 """
 
 from __future__ import annotations
 
 import errno
-import hmac
-import ipaddress
-import os
 import socket
 import sys
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -24,87 +23,62 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
+from .httpguard import SECURITY_HEADERS, Guard
 
 MAX_BODY_BYTES = 2 << 20  # the largest legal call (a 1 MiB handoff text) and its JSON framing
 TOKEN_ENV = "GITSTATE_MCP_TOKEN"
-LOOPBACK_NAMES = ("localhost",)
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-
-def is_loopback(host: str) -> bool:
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+_SECURITY = [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS]
 
 
-def read_token(env: str | None, file: Path | None) -> str | None:
-    """The bearer token from ``file`` (a regular file, first line) or the variable ``env``."""
-    from .safefile import read_regular
+class Guarded:
+    """ASGI middleware: httpguard's checks before the app, its headers on every response."""
 
-    if file is not None:
-        try:
-            text = read_regular(file, 4096).decode("utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read the token file {file}: {exc}",
-                             rule="usage.token") from exc
-    else:
-        text = os.environ.get(env or TOKEN_ENV, "").strip()
-    if not text:
-        return None
-    if len(text) < 16:
-        raise UsageError("the bearer token must be at least 16 characters",
-                         rule="usage.token")
-    return text
-
-
-class BearerAuth:
-    """ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>``."""
-
-    def __init__(self, app: App, token: str) -> None:
+    def __init__(self, app: App, guard: Guard) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.guard = guard
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):  # constant time
-                await send({"type": "http.response.start", "status": 401,
-                            "headers": [(b"content-type", b"text/plain"),
-                                        (b"www-authenticate", b"Bearer")]})
-                await send({"type": "http.response.body",
-                            "body": b"a bearer token is required\n"})
-                return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def secured(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *_SECURITY]}
+            await send(message)
+
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers") or []}
+        refusal = self.guard.check(str(scope.get("path", "")), headers)
+        if refusal is not None:
+            await _plain(secured, refusal.status, refusal.body(),
+                         tuple((k.lower().encode(), v.encode()) for k, v in refusal.headers))
+            return
+        await self.app(scope, receive, secured)
 
 
 def build_app(agent_dir: str | Path, host: str, port: int, token: str | None,
-              allow_hosts: tuple[str, ...] = (), allow_origins: tuple[str, ...] = ()) -> App:
+              allow_hosts: tuple[str, ...] = (), allow_origins: tuple[str, ...] = (),
+              token_env: str = TOKEN_ENV) -> App:
     """The ASGI app serving ``/mcp`` for ``agent_dir``."""
-    from mcp.server.transport_security import TransportSecuritySettings
-
     from . import mcp_sdk
+    from .httpguard import require_token_off_loopback
     from .mcp_server import build_server
 
-    if not is_loopback(host) and token is None:
-        raise UsageError(f"binding {host} (not loopback) needs a bearer token: set "
-                         f"{TOKEN_ENV} or pass --token-file", rule="usage.token")
-    names = ["127.0.0.1", "localhost", "[::1]"] if is_loopback(host) else [host]
-    names += list(allow_hosts)
-    security = TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=[f"{n}:{port}" for n in names] + [f"{n}:*" for n in allow_hosts],
-        allowed_origins=[f"http://{n}:{port}" for n in names] + list(allow_origins))
-    manager = mcp_sdk.session_manager(build_server(agent_dir), security_settings=security,
+    require_token_off_loopback(host, token, f"set {token_env} or pass --token-file")
+    guard = Guard(host, port, token, allow_hosts, allow_origins,
+                  token_hint=f"the one the server was started with (${token_env} or its "
+                  "--token-file)")
+    # the Host and Origin checks are httpguard's (security_settings=None leaves the SDK's off)
+    manager = mcp_sdk.session_manager(build_server(agent_dir), security_settings=None,
                                       max_request_body_size=MAX_BODY_BYTES)
-    app: App = Endpoint(manager)
-    return BearerAuth(app, token) if token else app
+    return Guarded(Endpoint(manager), guard)
 
 
 class Endpoint:
@@ -133,18 +107,19 @@ class Endpoint:
 async def _plain(send: Send, status: int, body: bytes,
                  headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/plain"), *headers]})
+                "headers": [(b"content-type", b"text/plain; charset=utf-8"), *headers]})
     await send({"type": "http.response.body", "body": body})
 
 
 def serve_http(agent_dir: str | Path, host: str, port: int, token: str | None,
-               allow_hosts: tuple[str, ...] = (), allow_origins: tuple[str, ...] = ()) -> None:
+               allow_hosts: tuple[str, ...] = (), allow_origins: tuple[str, ...] = (),
+               token_env: str = TOKEN_ENV) -> None:
     """Serve until interrupted; prints the endpoint's URL on stderr once listening."""
     import logging
 
     import uvicorn
 
-    app = build_app(agent_dir, host, port, token, allow_hosts, allow_origins)
+    app = build_app(agent_dir, host, port, token, allow_hosts, allow_origins, token_env)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     listening = _listen(host.strip("[]"), port)  # bound before the address is announced
     shown = f"[{host}]" if ":" in host else host

@@ -8,8 +8,8 @@ reads a half page. With a fleet root, ``index.html`` lists every agent under it 
 agent's site goes to ``agents/<agent>/``.
 
 ``serve`` builds the same pages per request from the live repository, read-only (GET and
-HEAD only, no path outside the three kinds), on 127.0.0.1 unless told otherwise; bound to
-any other address it requires a bearer token from the environment.
+HEAD only, no path outside the three kinds), on 127.0.0.1 unless told otherwise, behind the
+checks of ``mcp --http`` (httpguard: Host, Origin, a bearer token, required off loopback).
 """
 
 from __future__ import annotations
@@ -100,22 +100,46 @@ def page_for(repo: StateRepo, name: str, path: str) -> str | None:
 
 
 def serve(agent_dir: Path, host: str, port: int, token: str | None,
-          ready: Callable[[str], None] | None = None) -> None:
-    """Serve the pages live until interrupted."""
-    import hmac
+          ready: Callable[[str], None] | None = None, allow_hosts: tuple[str, ...] = (),
+          allow_origins: tuple[str, ...] = (), token_env: str = "GITSTATE_REPORT_TOKEN") -> None:
+    """Serve the pages live until interrupted, behind httpguard's checks (the same as
+    ``mcp --http``): Host, Origin, the bearer token; its headers on every response."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+    from .httpguard import REQUEST_SECONDS, SECURITY_HEADERS, Guard
     from .repo import StateRepo
 
     name = agent_dir.resolve().name
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = REQUEST_SECONDS  # each read of a request: a stalled client lets go
+
+        def end_headers(self) -> None:  # every response, send_error's included
+            for header, value in SECURITY_HEADERS:
+                self.send_header(header, value)
+            super().end_headers()
+
+        def _plain(self, status: int, text: bytes, headers: tuple[tuple[str, str], ...],
+                   body: bool) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(text)))
+            for header, value in headers:
+                self.send_header(header, value)
+            self.end_headers()
+            if body:
+                self.wfile.write(text)
+
+        def _refused(self, body: bool) -> bool:
+            refusal = guard.check(self.path.split("?", 1)[0],
+                                  {k.lower(): v for k, v in self.headers.items()})
+            if refusal is not None:
+                self._plain(refusal.status, refusal.body(), refusal.headers, body)
+            return refusal is not None
+
         def _answer(self, body: bool) -> None:
-            if token is not None:
-                given = self.headers.get("Authorization", "")
-                if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-                    self.send_error(401, "a bearer token is required")
-                    return
+            if self._refused(body):
+                return
             try:
                 with StateRepo(agent_dir) as repo:
                     text = page_for(repo, name, self.path.split("?", 1)[0])
@@ -129,9 +153,6 @@ def serve(agent_dir: Path, host: str, port: int, token: str | None,
             self.send_response(200)
             self.send_header("Content-Type", "text/html; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))
-            self.send_header("Content-Security-Policy", "default-src 'none'; "
-                             "style-src 'unsafe-inline'; img-src 'none'")
-            self.send_header("X-Content-Type-Options", "nosniff")
             self.end_headers()
             if body:
                 self.wfile.write(data)
@@ -142,10 +163,20 @@ def serve(agent_dir: Path, host: str, port: int, token: str | None,
         def do_HEAD(self) -> None:
             self._answer(False)
 
+        def _read_only(self) -> None:
+            if not self._refused(True):
+                self._plain(405, b"gitstate: the pages are read-only: GET and HEAD only "
+                            b"[http.method]\n", (("Allow", "GET, HEAD"),), True)
+
+        do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _read_only
+
         def log_message(self, format: str, *args: Any) -> None:
             return
 
     server = ThreadingHTTPServer((host, port), Handler)
+    guard = Guard(host, int(server.server_address[1]), token, allow_hosts, allow_origins,
+                  token_hint=f"the one the server was started with (${token_env} or its "
+                  "--token-file)")
     if ready:
         ready(f"http://{host}:{server.server_address[1]}/")
     try:

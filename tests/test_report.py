@@ -143,12 +143,12 @@ def test_serve_is_read_only_and_loopback_by_default(repo: StateRepo) -> None:
         post = urllib.request.Request(base, data=b"x", method="POST")
         with pytest.raises(urllib.error.HTTPError) as exc:
             urllib.request.urlopen(post, timeout=10)
-        assert exc.value.code == 501
+        assert exc.value.code == 405
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=10)
     exposed = run_cli("serve", "--host", "0.0.0.0", agent_dir=repo.agent_dir)
-    assert exposed.returncode == 2 and "[usage.token_required]" in exposed.stderr
+    assert exposed.returncode == 2 and "[usage.token]" in exposed.stderr
 
 
 def test_serve_off_loopback_requires_the_token(repo: StateRepo) -> None:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
-from ..errors import UsageError
 from .context import Ctx
 
 
@@ -44,16 +42,28 @@ def report(obj: Ctx, out: Path, fleet_root: Path | None) -> None:
               help="Port to bind (0: any free port).")
 @click.option("--token-env", default="GITSTATE_REPORT_TOKEN", show_default=True,
               help="Environment variable holding the bearer token (required off loopback).")
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="File holding the bearer token (first line); wins over --token-env.")
+@click.option("--allow-host", multiple=True, help="Another Host header to accept, e.g. the "
+              "name browsers use behind a proxy (repeatable).")
+@click.option("--allow-origin", multiple=True, help="A browser Origin to accept "
+              "(repeatable).")
 @click.pass_obj
-def serve(obj: Ctx, host: str, port: int, token_env: str) -> None:
-    """Serve the report's pages live and read-only (GET only), built per request from the
-    repository as it is now."""
+def serve(obj: Ctx, host: str, port: int, token_env: str, token_file: Path | None,
+          allow_host: tuple[str, ...], allow_origin: tuple[str, ...]) -> None:
+    """Serve the report's pages live and read-only (GET and HEAD), built per request from
+    the repository as it is now.
+
+    The same guards as `gitstate mcp --http`: the Host header must name the bound address
+    (421 otherwise: a DNS-rebinding page is refused), a browser's Origin must be it or an
+    --allow-origin (403), and off loopback a bearer token is required (401). docs/security.md.
+    """
+    from ..httpguard import read_token, require_token_off_loopback
     from ..report import serve as serve_pages
 
-    token = os.environ.get(token_env) or None
-    if host not in ("127.0.0.1", "::1", "localhost") and token is None:
-        raise UsageError(f"binding {host} needs a bearer token in ${token_env}",
-                         rule="usage.token_required")
+    token = read_token(token_env, token_file, "GITSTATE_REPORT_TOKEN")
+    require_token_off_loopback(host, token, f"set ${token_env} or pass --token-file")
     obj.repo().close()  # fail fast, with the usual message, if not initialised
     serve_pages(obj.agent_dir, host, port, token,
-                ready=lambda url: click.echo(f"serving {url} (Ctrl-C stops)", err=True))
+                ready=lambda url: click.echo(f"serving {url} (Ctrl-C stops)", err=True),
+                allow_hosts=allow_host, allow_origins=allow_origin, token_env=token_env)

@@ -73,10 +73,11 @@ def mcp(obj: Ctx, http: bool, host: str, port: int, token_env: str, token_file: 
     if not http:
         serve(obj.agent_dir)
         return
-    from ..mcp_http import read_token, serve_http
+    from ..httpguard import read_token
+    from ..mcp_http import TOKEN_ENV, serve_http
 
-    serve_http(obj.agent_dir, host, port, read_token(token_env, token_file), allow_host,
-               allow_origin)
+    serve_http(obj.agent_dir, host, port, read_token(token_env, token_file, TOKEN_ENV),
+               allow_host, allow_origin, token_env)
 
 
 @click.command()
