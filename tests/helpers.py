@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -104,6 +105,7 @@ class HttpServer:
     """`gitstate mcp --http` on a free loopback port, started and waited for."""
 
     def __init__(self, agent: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.log = ""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.proc = subprocess.Popen(
@@ -111,12 +113,16 @@ class HttpServer:
              "--port", str(self.port), *args], env={**os.environ, **(env or {})},
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent,
             start_new_session=True)
+        self._drain = threading.Thread(target=self._read_log, daemon=True)
+        self._drain.start()  # a server must never block on a full stderr pipe
         deadline = time.monotonic() + 30
         while True:
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", self.port)) == 0:
                     break
-            assert self.proc.poll() is None, self.proc.stderr.read() if self.proc.stderr else ""
+            if self.proc.poll() is not None:
+                self._drain.join(10)
+                raise AssertionError(self.log)
             assert time.monotonic() < deadline, "the HTTP server did not start"
             time.sleep(0.05)
 
@@ -127,8 +133,15 @@ class HttpServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        if self.proc.stderr:
+        self._drain.join(10)
+        if self.proc.stderr and not self.proc.stderr.closed:
             self.proc.stderr.close()
+
+    def _read_log(self) -> None:
+        """Collect what the server writes on stderr, whole, in ``log``."""
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.log += line
 
 
 def npm_ci(directory: Path, timeout: float = 900) -> str | None:

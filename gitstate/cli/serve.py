@@ -7,6 +7,8 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
+from ..httpguard import REQUEST_SECONDS
+from ..mcp_http import MAX_SESSIONS, SESSION_IDLE_SECONDS
 from .context import Ctx
 
 
@@ -40,9 +42,21 @@ class McpCommand(click.Command):
               "e.g. the name clients use behind a proxy (repeatable).")
 @click.option("--allow-origin", multiple=True, help="(--http) A browser Origin to accept, "
               "e.g. https://console.example (repeatable).")
+@click.option("--request-timeout", type=click.FloatRange(0.1, 3600),
+              default=REQUEST_SECONDS, show_default=True, metavar="SECONDS",
+              help="(--http) A request's head and body must arrive within this; a stalled "
+              "one gets 408 and its connection closed.")
+@click.option("--max-sessions", type=click.IntRange(1, 100_000), default=MAX_SESSIONS,
+              show_default=True, help="(--http) MCP sessions open at once; one more is "
+              "refused (503, mcp.sessions_full) until one ends or expires.")
+@click.option("--session-idle", type=click.FloatRange(1, 86_400),
+              default=SESSION_IDLE_SECONDS,
+              show_default=True, metavar="SECONDS", help="(--http) A session with no "
+              "request in flight for this long is ended (its client then initializes again).")
 @click.pass_obj
 def mcp(obj: Ctx, http: bool, host: str, port: int, token_env: str, token_file: Path | None,
-        allow_host: tuple[str, ...], allow_origin: tuple[str, ...]) -> None:
+        allow_host: tuple[str, ...], allow_origin: tuple[str, ...], request_timeout: float,
+        max_sessions: int, session_idle: float) -> None:
     """Run the MCP server on stdio, or over Streamable HTTP with --http (needs the extra:
     pip install 'gitstate[mcp]').
 
@@ -74,10 +88,11 @@ def mcp(obj: Ctx, http: bool, host: str, port: int, token_env: str, token_file: 
         serve(obj.agent_dir)
         return
     from ..httpguard import read_token
-    from ..mcp_http import TOKEN_ENV, serve_http
+    from ..mcp_http import TOKEN_ENV, Limits, serve_http
 
     serve_http(obj.agent_dir, host, port, read_token(token_env, token_file, TOKEN_ENV),
-               allow_host, allow_origin, token_env)
+               allow_host, allow_origin, token_env,
+               Limits(request_timeout, max_sessions, session_idle))
 
 
 @click.command()
