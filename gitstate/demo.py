@@ -6,9 +6,12 @@ Runs in a temporary agent directory on a simulated clock (Asia/Taipei), through 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 from datetime import datetime
 from pathlib import Path
@@ -131,25 +134,40 @@ def run_demo(agent_dir: Path | None = None, keep: bool = True) -> Path:
 
 def _what_next(root: Path, temp: bool) -> None:
     q = shlex.quote
-    at = f"{q(str(root))}"
-    kept = (f"Kept in {root} (under the system's temporary directory; remove it with "
-            f"`rm -rf {at}`)." if temp else f"Kept in {root}.")
-    click.secho(f"\n{kept} What next:", bold=True)
+    at = q(str(root))
+    me = _program()
+    click.secho(f"\nKept: {root}", bold=True)
+    if temp:
+        click.echo(f"  (under the system's temporary directory; `rm -rf {at}` removes it)")
+    click.secho("What next:", bold=True)
     lines = [
         (f"export GITSTATE_AGENT_DIR={at}", "or --agent-dir DIR before each command"),
-        ("gitstate get", "the state now, with the recent changes"),
-        ("gitstate render --at 2026-08-13T11:03+08:00", "exactly what the 11:03 wake-up saw"),
-        ("gitstate log --key stop_loss.2317", "the supersession chain of the stop-loss"),
-        ("gitstate log --refused", "the write the compare-and-swap refused"),
-        ("gitstate verify", "integrity, replay and the other checks"),
+        (f"{me} get", "the state now, with the recent changes"),
+        (f"{me} render --at 2026-08-13T11:03+08:00", "exactly what the 11:03 wake-up saw"),
+        (f"{me} log --key stop_loss.2317", "the supersession chain of the stop-loss"),
+        (f"{me} log --refused", "the write the compare-and-swap refused"),
+        (f"{me} verify", "integrity, replay and the other checks"),
         (f"git -C {q(str(root / 'state'))} log -p", "the same audit trail with plain git"),
     ]
     width = max(len(cmd) for cmd, _ in lines)
     for cmd, what in lines:
         click.echo(f"  {cmd.ljust(width)}  # {what}")
-    click.echo("Your own agent: `gitstate --agent-dir ~/agents/NAME init`, then README.md's "
+    click.echo(f"Your own agent: `{me} --agent-dir ~/agents/NAME init`, then README.md's "
                "tour of the CLI, docs/mcp.md (the tools) and hooks/ (the section in every "
                "wake-up).")
+
+
+def _program() -> str:
+    """How to call gitstate again, as this run was called: `gitstate` when that name on
+    PATH is this program, else the path it was called by (`.venv/bin/gitstate`)."""
+    called = sys.argv[0] if sys.argv else ""
+    if os.path.basename(called) != "gitstate":
+        return "gitstate"  # python -m gitstate, or an embedding program
+    found = shutil.which("gitstate")
+    with contextlib.suppress(OSError):
+        if found and os.path.samefile(found, called):
+            return "gitstate"
+    return shlex.quote(called)
 
 
 def _print_log(repo: StateRepo) -> None:

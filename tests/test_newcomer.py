@@ -195,7 +195,7 @@ def test_the_demo_keeps_its_directory_and_says_what_next(tmp_path: Path) -> None
     tail = out.stdout.split("What next:", 1)[1]
     assert f"export GITSTATE_AGENT_DIR={kept}" in tail and f"rm -rf {kept}" in out.stdout
     commands = [line.split("#")[0].split() for line in tail.splitlines()
-                if line.startswith("  gitstate ")]
+                if re.match(r"  \S*gitstate ", line)]
     assert len(commands) >= 4
     for words in commands:
         done = run_cli(*words[1:], agent_dir=kept)
@@ -214,7 +214,7 @@ def test_the_demo_uses_the_agent_dir_it_is_given(tmp_path: Path) -> None:
     out = _demo("--agent-dir", str(given), "demo", tmp=tmp)
     assert out.returncode == 0, out.stderr
     assert (given / "state" / ".git").is_dir() and (given / "report" / "index.html").is_file()
-    assert f"Kept in {given}" in out.stdout and list(tmp.iterdir()) == []
+    assert f"Kept: {given}" in out.stdout and list(tmp.iterdir()) == []
     out = _demo("--agent-dir", str(given), "demo", tmp=tmp)
     assert out.returncode == 2 and "usage.demo_dir" in out.stderr
     mine = tmp_path / "mine"
@@ -299,3 +299,21 @@ def test_every_doc_cited_in_help_exists() -> None:
     assert cited
     missing = [(where, path) for where, path in cited if not (ROOT / path).is_file()]
     assert not missing, missing
+
+
+def test_the_demos_next_commands_call_gitstate_as_it_was_called(tmp_path: Path) -> None:
+    """Run as `.venv/bin/gitstate demo` without .venv/bin on PATH (README's quick start),
+    the next commands name that path, so copying one works."""
+    program = Path(sys.executable).parent / "gitstate"
+    if not program.is_file():
+        pytest.skip("no gitstate entry point beside this interpreter")
+    env = {**os.environ, "PATH": "/usr/bin:/bin", "TMPDIR": str(tmp_path)}
+    out = subprocess.run([str(program), "--agent-dir", str(tmp_path / "a"), "demo"],
+                         capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    verify = next(line for line in out.stdout.splitlines() if line.endswith("other checks"))
+    words = verify.split("#")[0].split()
+    assert words == [str(program), "verify"]
+    done = subprocess.run(words, capture_output=True, text=True, timeout=60, check=False,
+                          env={**env, "GITSTATE_AGENT_DIR": str(tmp_path / "a")})
+    assert done.returncode == 0, done.stdout + done.stderr
