@@ -265,6 +265,13 @@ def test_lookups_that_find_nothing_say_so(tmp_path: Path) -> None:
     out = run_cli("log", "--key", "stop_loss.2317", "--since", "2999-01-01T00:00Z",
                   agent_dir=tmp_path / "agent")
     assert (out.returncode, out.stdout) == (0, "")
+    out = run_cli("log", "--refused", "--key", "stop_loss.2137", agent_dir=tmp_path / "agent")
+    assert out.returncode == 1 and "Did you mean 'stop_loss.2317'?" in out.stderr
+    run_cli("set", "new.key", "1", "-r", "r", "--expect", "5", agent_dir=tmp_path / "agent")
+    out = run_cli("log", "--refused", "--key", "new.key", agent_dir=tmp_path / "agent")
+    assert out.returncode == 0 and "cas.mismatch" in out.stdout
+    out = run_cli("log", "--refused", "--key", "stop_loss.2317", agent_dir=tmp_path / "agent")
+    assert (out.returncode, out.stdout) == (0, "")  # a real key that nothing refused
     (tmp_path / "empty").mkdir()
     out = run_cli("fleet", str(tmp_path / "empty"))
     assert out.returncode == 1 and "fleet.empty" in out.stderr and "state/.git" in out.stderr

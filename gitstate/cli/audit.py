@@ -74,13 +74,18 @@ def log(obj: Ctx, key: str | None, limit: int | None, since: str | None, thread:
             found = True
             click.echo(textsafe.dumps(rec) if as_json else _log_line(shown(rec)))
         if key is not None and not found:
-            from ..audit import keys_ever
+            _known_key(repo, key, set())
 
-            known = keys_ever(repo)
-            if key not in known:
-                raise Refused(f"no change of the key {key!r} was ever recorded."
-                              + did_you_mean(key, known), rule="log.unknown_key",
-                              keys=sorted(known))
+
+def _known_key(repo: Any, key: str, refused_keys: set[str]) -> None:
+    """A --key that no change and no refused write ever named is refused, naming the
+    nearest key; a real key with nothing to show is a quiet, empty answer."""
+    from ..audit import keys_ever
+
+    known = (keys_ever(repo) | refused_keys) - {""}
+    if key not in known:
+        raise Refused(f"no change or refused write of the key {key!r} was ever recorded."
+                      + did_you_mean(key, known), rule="log.unknown_key", keys=sorted(known))
 
 
 def _thread_line(r: dict[str, Any]) -> str:
@@ -124,6 +129,9 @@ def _refused_log(obj: Ctx, key: str | None, limit: int | None, since: str | None
             click.echo(f"{r['time']}  {r['commit'][:12]}  refused {r['op'] or 'write'} "
                        f"{r['key'] or ''}{attempted}{held} [{r['rule']}] by "
                        f"{r['actor'] or r['writer']}: {r['reason'] or ''}")
+        if key is not None and shown_n == 0:
+            _known_key(repo, key, {str(r.get("key") or "") for r in
+                                   refusals.entries(repo.store) if not r.get("damaged")})
 
 
 THREAD_HELP = ("A LangGraph checkpoint thread instead of main: REV is a checkpoint id or "
