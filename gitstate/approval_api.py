@@ -1,34 +1,48 @@
 """The approval methods of the Python API (``StateRepo`` inherits them): request, decide,
-list, check and consume frozen-argument approvals (gitstate/approvals.py holds the rules).
+list, check and spend frozen-argument approvals (gitstate/approvals.py holds the rules).
 
 A thin layer: it validates inputs with ``rules``, picks the policy from HEAD's schema, and
-hands a pure planner to the write engine, like every other write of the facade.
+hands a pure planner to the write engine, like every other write of the facade. In
+remote-first mode the engine's committer is the remote (gitstate/sync.py), so a spend is
+the push with lease: linearized there before the call is handed over.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from . import approvals, requests, rules
-from .approvals import Verdict
-from .errors import InvalidInput
+from .approvals import Spend, Verdict
+from .errors import GitStateError, InvalidInput, Refused
 
 if TYPE_CHECKING:
+    from .approval_policy import ApprovalPolicy
+    from .config import Config
     from .engine import WriteEngine
-    from .planners import Base
+    from .ledger import Ledger
+    from .planners import Base, Plan
     from .reader import StateReader
     from .results import WriteResult
-    from .schema import ApprovalPolicy
+    from .store import GitStore
 
 
 class ApprovalMethods:
-    """Mixed into StateRepo, whose engine, reader, writer and actor these use."""
+    """Mixed into StateRepo, whose engine, reader, store, config, writer and actor these
+    use."""
 
     engine: WriteEngine
     reader: StateReader
+    store: GitStore
+    config: Config
     writer: str
     actor: str
+
+    if TYPE_CHECKING:
+        @property
+        def runs(self) -> Ledger: ...
 
     def now(self) -> datetime:
         raise NotImplementedError
@@ -84,7 +98,8 @@ class ApprovalMethods:
         return approvals.listing(self.reader.state_at(head), self.now())
 
     def approval_verdict(self, tool: str, args: Any) -> Verdict:
-        """Whether ``tool(args)`` may run now as far as approvals go, and why not."""
+        """Whether ``tool(args)`` may run now as far as approvals go, and why not. Advisory:
+        it reads HEAD as it is now; only ``spend_approval`` decides who runs the call."""
         head = self.reader.head()
         return approvals.can_run(self.reader.state_at(head), self._policies(head), tool, args,
                                  self.now())
@@ -92,9 +107,10 @@ class ApprovalMethods:
     def consume_approval(self, approval_id: str, tool: str | None = None, args: Any = None, *,
                          reason: str | None = None, actor: str | None = None,
                          request_id: str | None = None) -> WriteResult:
-        """Spend an approval as its call runs (one commit); given ``tool`` and ``args``, they
-        must be exactly the approved call. A retry with the same ``request_id`` returns the
-        first result; any other second consume is refused."""
+        """Spend an approval (one commit); given ``tool`` and ``args``, they must be exactly
+        the approved call. A retry with the same ``request_id`` returns the first result; any
+        other second consume is refused. The low-level step under ``spend_approval``, which
+        is what a tool call uses: it runs the body only for the spend it won."""
         who = rules.check_actor(actor or self.actor)
         text = rules.check_reason(reason or f"run {tool or 'the approved call'} with approval "
                                   f"{approval_id}")
@@ -103,3 +119,141 @@ class ApprovalMethods:
         return self.engine.write(lambda base: approvals.plan_consume(
             base, approval_id=approval_id, tool=tool, args=args, reason=text, actor=who),
             request)
+
+    @contextlib.contextmanager
+    def spend_approval(self, approval_id: str, tool: str, args: Any, *,
+                       run_id: str | None = None, tool_call_id: str | None = None,
+                       reason: str | None = None,
+                       actor: str | None = None) -> Iterator[Spend]:
+        """``with repo.spend_approval(approval_id, tool, args) as call:`` enters only once
+        the approval's consume commit is written (the compare-and-swap on main, through the
+        remote in remote-first mode) and hands over the frozen call (``call.tool``,
+        ``call.args``); otherwise it raises the refusal, so the body never runs for an
+        approval it did not win (a lost race: ``approval.not_runnable``, naming the
+        winner's commit). A local-first agent with a remote is refused
+        (``approval.offline``) unless the policy says ``offline_spend: true``.
+
+        If the body raises, the outcome is recorded before the exception goes on: in the
+        run ledger as a ``tool_result_recorded`` event when ``run_id`` is given (the run is
+        checked to accept it before the spend), else on main as the approval's ``outcome``
+        step. Either way the approval stays consumed: never lost silently, never reused."""
+        call = self._spend(approval_id, tool, args, run_id, tool_call_id, reason, actor)
+        try:
+            yield call
+        except BaseException as exc:
+            try:
+                self._record_failure(call, exc)
+            except GitStateError as failed:
+                exc.add_note(f"the failure could not be recorded ({failed.rule}: "
+                             f"{failed.message}); approval {call.approval_id} stays consumed "
+                             f"(commit {call.commit[:12]})")
+            raise
+
+    def _spend(self, approval_id: str, tool: str, args: Any, run_id: str | None,
+               tool_call_id: str | None, reason: str | None, actor: str | None) -> Spend:
+        tool = rules.check_key(tool)
+        if not isinstance(args, dict):
+            raise InvalidInput("a tool's arguments are a JSON object", rule="approval.args")
+        args = rules.check_value(args, "args")
+        who = rules.check_actor(actor or self.actor)
+        text = rules.check_reason(reason or f"spend approval {approval_id}: run {tool}")
+        call_id = None
+        if run_id is not None:
+            call_id = tool_call_id or f"spend-{approval_id}"
+            self._check_run_accepts(run_id, call_id, approval_id)
+        remote = self.store.remote_url()
+        linearized = self.config.sync == "remote-first"
+
+        def plan(base: Base) -> Plan:
+            policy = (base.schema.approvals if base.schema else {}).get(tool)
+            if remote and not linearized and not (policy and policy.offline_spend):
+                raise Refused(
+                    f"this agent has a remote ({remote}) but syncs local-first: a spend "
+                    "committed here reaches the other clones only at the next push, so two "
+                    "of them could both run the call. Set sync = \"remote-first\" in "
+                    "config.toml (the spend is then the push), or accept that risk with "
+                    f"`offline_spend: true` in schema.yaml's approvals policy for {tool}",
+                    rule="approval.offline", approval_id=approval_id, remote=remote)
+            return approvals.plan_consume(base, approval_id=approval_id, tool=tool, args=args,
+                                          reason=text, actor=who)
+
+        try:
+            result = self.engine.write(plan)
+        except Refused as exc:
+            if exc.rule == "approval.not_runnable" and exc.details.get("status") == "consumed":
+                raise self._lost(approval_id, exc) from None
+            raise
+        assert result.key is not None and result.commit is not None and result.new is not None
+        value = result.new.value
+        assert isinstance(value, dict)
+        text_args, digest = approvals.frozen(value["args"])
+        return Spend(result.key[len(approvals.PREFIX):], tool, text_args, digest,
+                     result.commit, who, run_id, call_id)
+
+    def _lost(self, approval_id: str, exc: Refused) -> Refused:
+        """The refusal of a spend that lost: the winner's consume commit and actor."""
+        key = approval_id if approvals.is_approval_key(approval_id) \
+            else approvals.PREFIX + approval_id
+        winner = None
+        for rec in self.reader.history_iter(contains=key.encode()):
+            old, new = rec.get("old"), rec.get("new")
+            if rec.get("key") == key and isinstance(new, dict) and isinstance(old, dict) \
+                    and old.get("status") == "approved" and new.get("status") == "consumed":
+                winner = rec["commit"]
+                break
+        by = exc.details.get("consumed_by")
+        return Refused(f"{exc.message}: spent by {by or 'another writer'}"
+                       + (f" in commit {winner[:12]}" if winner else "")
+                       + "; the call was not handed over", rule=exc.rule,
+                       **{**exc.details, "winner": winner})
+
+    def _check_run_accepts(self, run_id: str, call_id: str, approval_id: str) -> None:
+        """Before the spend: the run would accept this call's result (it exists, is not
+        stopped, waits for no approval, has not recorded the call)."""
+        from . import runs
+
+        ledger = self.runs
+        view = ledger.read(run_id)
+        writers, _main = ledger.policy()
+        runs.apply_event({"format": runs.FORMAT, "goal": view.goal, "state": view.state},
+                         _result_event(call_id, approval_id, self.now()), self.writer,
+                         self.now(), writers=writers)
+
+    def _record_failure(self, call: Spend, exc: BaseException) -> None:
+        error = _error_text(exc)
+        reason = rules.check_reason(f"{call.tool} failed after approval {call.approval_id} "
+                                    f"was spent in {call.commit[:12]}: {error}"[:2000])
+        if call.run_id is not None:
+            assert call.tool_call_id is not None
+            self.runs.event(call.run_id, _result_event(call.tool_call_id, call.approval_id,
+                                                       self.now()), reason)
+            return
+        self.engine.write(lambda base: approvals.plan_outcome(
+            base, approval_id=call.approval_id, error=error, reason=reason,
+            actor=call.actor))
+
+
+def _result_event(call_id: str, approval_id: str, now: datetime) -> dict[str, Any]:
+    from .model import format_time
+
+    return {"type": "tool_result_recorded", "tool_call_id": call_id,
+            "evidence_ref": f"approval.{approval_id}:failed", "observed_at": format_time(now)}
+
+
+def _error_text(exc: BaseException) -> str:
+    """The error as the outcome keeps it: one line, bounded, each suspected secret withheld
+    (gitstate/secretscan.py), and plain text the input rules accept; else its type alone."""
+    from .secretscan import scan
+    from .textsafe import inline
+
+    text = inline(f"{type(exc).__name__}: {exc}")[:approvals.ERROR_MAX_CHARS]
+    for _ in range(20):
+        found = scan(text)
+        if found is None:
+            break
+        text = text[:found.start] + "[withheld]" + text[found.end:]
+    try:
+        checked = rules.check_value(text, "error")
+    except GitStateError:
+        return type(exc).__name__
+    return checked if isinstance(checked, str) else type(exc).__name__

@@ -11,14 +11,17 @@ forward, one audited commit per step, each marked by a ``Gitstate-Approval`` tra
 
     request (runtime or agent)  -> pending
     approve / deny (a writer the policy names; never the agent)  -> approved / denied
-    consume (the runtime, running the tool)  -> consumed
+    consume (the runtime, spending it before the tool runs)  -> consumed
+    outcome (the runtime: the call failed after the spend)  -> consumed, with its outcome
 
-``can_run(tool, args)`` is true for a tool that needs an approval only when an approved,
-unexpired, unconsumed approval holds exactly those arguments; otherwise the answer says why
-(none, pending, denied, expired, consumed, or which argument differs). The approval key
-carries the TTL as its expiry, so an expired approval also leaves the rendered section, and
-the agent sees its pending approvals there, never able to decide them: an ``approval.*`` key
-is written only through these planners (``rules.check_writable``).
+The spend is the compare-and-swap (``StateRepo.spend_approval`` hands the call over only
+once its consume commit is written). ``can_run(tool, args)`` is an advisory read: true for a
+tool that needs an approval only when an approved, unexpired, unconsumed approval holds
+exactly those arguments at the HEAD it read; otherwise the answer says why (none, pending,
+denied, expired, consumed, or which argument differs). The approval key carries the TTL as
+its expiry, so an expired approval also leaves the rendered section, and the agent sees its
+pending approvals there, never able to decide them: an ``approval.*`` key is written only
+through these planners (``rules.check_writable``).
 """
 
 from __future__ import annotations
@@ -29,17 +32,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from .approval_policy import ApprovalPolicy as Policy
 from .errors import InvalidInput, Refused
 from .model import Entry, State, canonical_text, format_time
 from .planners import Base, Plan
 from .results import WriteResult
-from .schema import ApprovalPolicy as Policy
 from .trailers import Change
 from .values import canonical, changes
 
 PREFIX = "approval."
 STATUSES = ("pending", "approved", "denied", "consumed")
-TRAILER = "Approval"  # Gitstate-Approval: request | approve | deny | consume
+TRAILER = "Approval"  # Gitstate-Approval: request | approve | deny | consume | outcome
+ERROR_MAX_CHARS = 500  # of a failed call's error, in its outcome record
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,12 @@ def replan(base: Base, key: str, step: str, recorded: Any, *, reason: str,
     if step == "consume":
         return plan_consume(base, approval_id=key, tool=None, args=None, reason=reason,
                             actor=actor)
+    if step == "outcome":
+        error = recorded.get("error")
+        if not isinstance(error, str):
+            raise InvalidInput(f"{key}: an outcome records the call's error",
+                               rule="approval.invalid")
+        return plan_outcome(base, approval_id=key, error=error, reason=reason, actor=actor)
     raise InvalidInput(f"{key}: {step!r} is not an approval step", rule="approval.invalid")
 
 
@@ -153,16 +163,54 @@ def plan_decide(base: Base, policy_for: dict[str, Policy], writer: str, *, appro
 
 def plan_consume(base: Base, *, approval_id: str, tool: str | None, args: Any, reason: str,
                  actor: str) -> Plan:
-    """Spend an approved, unexpired approval; ``tool`` and ``args`` None: the call it froze."""
+    """Spend an approved, unexpired approval; ``tool`` and ``args`` None: the call it froze.
+    The record names who spent it (``consumed_by``)."""
     key, entry, value = _record(base.state, approval_id)
     if tool is None:
         tool = str(value.get("tool"))
     verdict = _verdict_for(key, entry, value, tool, value.get("args") if args is None else args,
                            base.now)
     if not verdict.ok:
-        raise Refused(verdict.reason, rule="approval.not_runnable", approval_id=key[len(PREFIX):])
-    return _plan(base, key, {**value, "status": "consumed"}, reason, actor, entry.expires_at,
-                 "consume")
+        raise Refused(verdict.reason, rule="approval.not_runnable", approval_id=key[len(PREFIX):],
+                      status=value.get("status"), consumed_by=value.get("consumed_by"))
+    return _plan(base, key, {**value, "status": "consumed", "consumed_by": actor}, reason,
+                 actor, entry.expires_at, "consume")
+
+
+def plan_outcome(base: Base, *, approval_id: str, error: str, reason: str,
+                 actor: str) -> Plan:
+    """Record that the call a consumed approval handed over failed: ``outcome: failed`` and
+    the error, once. The approval stays consumed (the call may have had effects)."""
+    key, entry, value = _record(base.state, approval_id)
+    if value.get("status") != "consumed" or value.get("outcome") is not None:
+        raise Refused(f"approval {key[len(PREFIX):]} is {value.get('status')}"
+                      + (f" with outcome {value.get('outcome')}" if value.get("outcome") else "")
+                      + "; only a consumed approval takes an outcome, once",
+                      rule="approval.outcome", approval_id=key[len(PREFIX):])
+    new = {**value, "outcome": "failed", "error": error[:ERROR_MAX_CHARS]}
+    return _plan(base, key, new, reason, actor, entry.expires_at, "outcome")
+
+
+@dataclass(frozen=True)
+class Spend:
+    """The call an approval handed over once its consume commit was written: the tool, the
+    approved arguments (``args`` is a fresh copy of the frozen JSON on every read), the
+    consume ``commit``, and the run it belongs to, if any."""
+
+    approval_id: str
+    tool: str
+    args_json: str
+    args_sha256: str
+    commit: str
+    actor: str
+    run_id: str | None = None
+    tool_call_id: str | None = None
+
+    @property
+    def args(self) -> dict[str, Any]:
+        args = json.loads(self.args_json)
+        assert isinstance(args, dict)
+        return args
 
 
 def _plan(base: Base, key: str, value: dict[str, Any], reason: str, actor: str,
@@ -254,7 +302,8 @@ def _text(value: Any) -> str:
 def check_transition(key: str, old: Any, new: Any, step: str | None) -> None:
     """A commit from elsewhere that sets ``approval.*``: it must carry the step trailer, and
     the step must be a legal move (request makes pending; approve/deny decide a pending one
-    without touching the call; consume spends an approved one)."""
+    without touching the call; consume spends an approved one; outcome records, once, that
+    a consumed one's call failed)."""
     if step is None:
         raise InvalidInput(f"{key} set without a {TRAILER} step", rule="approval.reserved")
     if not isinstance(new, dict) or new.get("status") not in STATUSES:
@@ -264,7 +313,8 @@ def check_transition(key: str, old: Any, new: Any, step: str | None) -> None:
         raise InvalidInput(f"{key}: the arguments do not hash to args_sha256",
                            rule="approval.invalid")
     wanted = {"request": (None, "pending"), "approve": ("pending", "approved"),
-              "deny": ("pending", "denied"), "consume": ("approved", "consumed")}.get(step)
+              "deny": ("pending", "denied"), "consume": ("approved", "consumed"),
+              "outcome": ("consumed", "consumed")}.get(step)
     before = old.get("status") if isinstance(old, dict) else None
     if wanted is None or (before, new.get("status")) != wanted:
         raise InvalidInput(f"{key}: {step} from {before} to {new.get('status')} is not a legal "
@@ -273,3 +323,7 @@ def check_transition(key: str, old: Any, new: Any, step: str | None) -> None:
             canonical(old.get(f), canonical_text) != canonical(new.get(f), canonical_text)
             for f in ("tool", "args", "args_sha256")):
         raise InvalidInput(f"{key}: a decision changed the frozen call", rule="approval.invalid")
+    if step == "outcome" and (not isinstance(old, dict) or old.get("outcome") is not None
+                              or new.get("outcome") != "failed"):
+        raise InvalidInput(f"{key}: an outcome is recorded once, as failed",
+                           rule="approval.invalid")

@@ -9,6 +9,7 @@ that refused the call, so a person or a model can act on it::
     │   └── NotInitialized                 2  repo.not_initialized
     ├── Refused                            1  <rule>          refused; nothing written
     │   ├── InvalidInput                   1  key.* value.* reason.* ttl.* handoff.* ...
+    │   │   └── SchemaError                1  schema.invalid  schema.yaml is malformed
     │   ├── CasMismatch                    1  cas.mismatch    carries the current entry
     │   ├── KeyCapReached                  1  keys.cap        carries the live keys
     │   ├── SectionTooLarge                1  section.max_bytes
@@ -71,6 +72,12 @@ class Refused(GitStateError):
 
 class InvalidInput(Refused):
     """A key, value, reason, ttl or handoff field broke a documented limit."""
+
+
+class SchemaError(InvalidInput):
+    """schema.yaml itself is malformed (rule ``schema.invalid``)."""
+
+    rule = "schema.invalid"
 
 
 class CasMismatch(Refused):

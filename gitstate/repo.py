@@ -183,7 +183,10 @@ class StateRepo(ApprovalMethods, RunMethods):
     def can_run(self, tool: str, args: Any = None) -> bool:
         """Whether ``tool`` is legal now: the current phase allows it (always, without
         phases in the schema), and, for a tool schema.yaml's ``approvals`` names, an
-        approval of exactly ``args`` exists, unexpired and unconsumed."""
+        approval of exactly ``args`` exists, unexpired and unconsumed. Advisory: an answer
+        from HEAD as it is now, which another process or clone may spend a moment later;
+        run an approved call with ``spend_approval``, which hands it over only to the
+        spend that won."""
         allowed = self.allowed_tools()
         if allowed is not None and tool not in allowed:
             return False

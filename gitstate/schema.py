@@ -26,7 +26,9 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from . import layout, shapes
+from .approval_policy import ApprovalPolicy
 from .errors import InvalidInput
+from .errors import SchemaError as SchemaError  # re-exported: where callers look for it
 from .model import Scalar, State, Value
 
 SCHEMA_FILE = layout.SCHEMA_FILE
@@ -39,12 +41,6 @@ _KEY_FIELDS = {"type", "description", "values", "min", "max", "gt", "lt", "patte
                "items", "min_items", "max_items", "unique", "fields", "open", "secrets",
                "sensitive"}
 _SHAPE_ONLY = {"items", "min_items", "max_items", "unique", "fields", "open"}
-
-
-class SchemaError(InvalidInput):
-    """schema.yaml itself is malformed (rule ``schema.invalid``)."""
-
-    rule = "schema.invalid"
 
 
 @dataclass(frozen=True)
@@ -85,16 +81,6 @@ class KeySpec:
         if tuple(self.writers) != WRITERS:
             parts.append("set by " + "/".join(self.writers) + " only")
         return "; ".join(parts)
-
-
-@dataclass(frozen=True)
-class ApprovalPolicy:
-    """A tool that runs only with a human's approval of its exact arguments
-    (gitstate/approvals.py): who may decide, and how long an approval lasts."""
-
-    tool: str
-    writers: tuple[str, ...] = ("human",)
-    ttl_hours: float | None = None
 
 
 APPROVAL_PREFIX = "approval."  # keys written only through gitstate/approvals.py
@@ -368,34 +354,9 @@ def parse_schema(text: str) -> Schema:
 
 
 def _approvals(raw: Any) -> dict[str, ApprovalPolicy]:
-    """``approvals: {tool: {writers: [human], ttl_hours: 24}}`` (writers default to human;
-    the agent never decides)."""
-    from .rules import check_key
+    from .approval_policy import parse_policies
 
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise SchemaError("`approvals` must map tool names to {writers, ttl_hours}")
-    out = {}
-    for tool, decl in raw.items():
-        try:
-            check_key(str(tool))
-        except InvalidInput as exc:
-            raise SchemaError(f"approvals: tool {tool!r}: {exc.message}") from None
-        decl = decl or {}
-        if not isinstance(decl, dict) or set(decl) - {"writers", "ttl_hours"}:
-            raise SchemaError(f"approvals: {tool}: only writers and ttl_hours may be given")
-        writers = tuple(str(w) for w in decl.get("writers") or ("human",))
-        if not set(writers) <= {"runtime", "human"}:
-            raise SchemaError(f"approvals: {tool}: writers must be among runtime, human (the "
-                              "agent never decides its own approvals)")
-        ttl = decl.get("ttl_hours")
-        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float)
-                                or not 0 < ttl <= 24 * 366):
-            raise SchemaError(f"approvals: {tool}: ttl_hours must be a number in (0, 8784]")
-        out[str(tool)] = ApprovalPolicy(str(tool), writers,
-                                        float(ttl) if ttl is not None else None)
-    return out
+    return parse_policies(raw)
 
 
 def _writer_list(where: str, raw: Any, allowed: tuple[str, ...]) -> tuple[str, ...]:

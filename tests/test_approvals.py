@@ -205,7 +205,7 @@ def test_bad_approval_declarations_are_named(runtime: StateRepo) -> None:
     for text, fragment in (
             ("approvals:\n  refund: {writers: [agent]}\n", "the agent never decides"),
             ("approvals:\n  refund: {ttl_hours: 0}\n", "ttl_hours"),
-            ("approvals:\n  refund: {colour: red}\n", "only writers and ttl_hours"),
+            ("approvals:\n  refund: {colour: red}\n", "only writers, ttl_hours and offline_spend"),
             ("approvals: [refund]\n", "must map tool names")):
         with pytest.raises(InvalidInput) as exc:
             runtime.set_schema(f"version: 2\n{text}", "bad")

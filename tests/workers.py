@@ -124,6 +124,34 @@ def gc_loop(agent_dir: str, seconds: float) -> None:
     print(runs, flush=True)
 
 
+def spender(agent_dir: str, name: str, effects: str) -> None:
+    """Per stdin line ``<round> <approval id>``: spend it and, inside the spend only, append
+    ``<round> <name> <consume commit>`` to ``effects`` (the tool's side effect); print the
+    outcome as one JSON line. One opening of the repository for every round."""
+    import json
+
+    from gitstate.approvals import Spend
+
+    with StateRepo(agent_dir, actor=f"gateway-{name}") as repo:
+        print("ready", flush=True)
+        for line in sys.stdin:
+            n, approval = line.split()
+            advisory = repo.can_run("refund", {"round": int(n)})
+            call: Spend | None = None
+            try:
+                # the file opens only once the spend was won (left to right)
+                with repo.spend_approval(approval, "refund", {"round": int(n)}) as call, \
+                        open(effects, "a", encoding="utf-8") as out:
+                    out.write(f"{n} {name} {call.commit}\n")
+            except Refused as exc:
+                print(json.dumps({"won": False, "rule": exc.rule, "can_run": advisory,
+                                  "winner": exc.details.get("winner"),
+                                  "message": exc.message}), flush=True)
+                continue
+            print(json.dumps({"won": True, "commit": call.commit, "can_run": advisory}),
+                  flush=True)
+
+
 if __name__ == "__main__":
     name, *args = sys.argv[1:]
     if name == "increment":
@@ -138,5 +166,7 @@ if __name__ == "__main__":
         gc_loop(args[0], float(args[1]))
     elif name == "load_reader":
         load_reader(args[0], float(args[1]))
+    elif name == "spender":
+        spender(args[0], args[1], args[2])
     else:
         raise SystemExit(f"unknown worker {name}")

@@ -43,6 +43,7 @@ COMMANDS: dict[str, str] = {
     "approvals": "approvals:approvals",
     "approve": "approvals:approve",
     "deny": "approvals:deny",
+    "spend": "approvals:spend",
     "run": "runs:run",
     "remote": "remote:remote",
     "clone": "remote:clone",
@@ -99,7 +100,8 @@ def cli(ctx: click.Context, agent_dir: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; the one place where gitstate errors become exit codes."""
     try:
-        cli.main(args=argv, prog_name="gitstate", standalone_mode=False)
+        # click returns an Exit's status (raised by a command) when not standalone
+        status = cli.main(args=argv, prog_name="gitstate", standalone_mode=False)
     except GitStateError as exc:
         if argv is not None and "--json" in argv:
             from ..results import refusal, to_json
@@ -124,4 +126,4 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    return 0
+    return status if isinstance(status, int) and not isinstance(status, bool) else 0

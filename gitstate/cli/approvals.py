@@ -62,3 +62,74 @@ def _decide(approve: bool) -> click.Command:
 
 approve = _decide(True)
 deny = _decide(False)
+
+
+class CallFailed(Exception):
+    """The spent call's command exited non-zero (its outcome is recorded on the way out)."""
+
+    def __init__(self, command: str, status: int) -> None:
+        super().__init__(f"{command} exited {status}")
+        self.status = status
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("approval_id")
+@click.option("--tool", required=True, help="The tool the approval froze.")
+@click.option("--args-json", required=True, metavar="JSON",
+              help="The call's arguments (a JSON object): exactly the approved ones.")
+@click.option("--run", "run_id", help="The run the call belongs to: a failure is recorded "
+              "in its ledger (checked to accept it before the spend).")
+@click.option("--tool-call-id", help="The call's id in the run (default spend-APPROVAL_ID).")
+@click.option("--reason", "-r", help="The consume commit's message.")
+@json_option
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.pass_obj
+def spend(obj: Ctx, approval_id: str, tool: str, args_json: str, run_id: str | None,
+          tool_call_id: str | None, reason: str | None, as_json: bool,
+          command: tuple[str, ...]) -> None:
+    """Spend APPROVAL_ID, then run COMMAND with the approved call: the one way a shell
+    gateway runs a tool that needs an approval.
+
+    The command starts only after the consume commit is written (the compare-and-swap; in
+    remote-first mode, the push). A second spend, by this or any other process or clone,
+    is refused before its command starts (approval.not_runnable, naming the winner's
+    commit); a local-first agent with a remote is refused (approval.offline) unless the
+    policy says `offline_spend: true`. COMMAND gets the call in its environment:
+    GITSTATE_APPROVAL_ID, GITSTATE_TOOL, GITSTATE_ARGS_JSON (canonical JSON) and
+    GITSTATE_SPEND_COMMIT. If it exits non-zero, the failure is recorded (the run's ledger
+    with --run, else the approval's outcome on main), the approval stays consumed, and
+    gitstate exits with the command's status.
+
+    \b
+    gitstate spend 209406bd0bee --tool refund \\
+        --args-json '{"ticket": "T-1", "amount": 120}' -- ./pay.sh
+    """
+    import os
+    import shutil
+    import subprocess
+
+    from ..errors import UsageError
+    from .context import parse_json_value
+
+    args = parse_json_value(args_json, "--args-json")
+    if shutil.which(command[0]) is None:  # checked before the spend: nothing to hand over
+        raise UsageError(f"{command[0]}: no such command", rule="usage.command")
+    status, note = 0, ""
+    with obj.repo() as repo:
+        try:
+            with repo.spend_approval(approval_id, tool, args, run_id=run_id,
+                                     tool_call_id=tool_call_id, reason=reason) as call:
+                env = {**os.environ, "GITSTATE_APPROVAL_ID": call.approval_id,
+                       "GITSTATE_TOOL": call.tool, "GITSTATE_ARGS_JSON": call.args_json,
+                       "GITSTATE_SPEND_COMMIT": call.commit}
+                status = subprocess.run(list(command), env=env, check=False).returncode
+                if status:
+                    raise CallFailed(command[0], status)
+        except CallFailed as failed:
+            note = "; ".join(getattr(failed, "__notes__", [])) or "the failure is recorded"
+    emit({"approval_id": call.approval_id, "tool": call.tool, "commit": call.commit,
+          "status": status, "note": note or None}, as_json,
+         f"spent approval {call.approval_id} in {call.commit[:12]}; {command[0]} exited "
+         f"{status}" + (f" ({note})" if note else ""))
+    if status:
+        raise click.exceptions.Exit(status)

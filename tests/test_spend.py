@@ -1,0 +1,248 @@
+"""Spending an approval before the call runs: ``with repo.spend_approval(...) as call:``
+enters only for the spend that won. Two real processes on one agent, and two clones of one
+agent in remote-first mode with a real (path) remote, race to spend each of 50 approvals:
+one tool body runs per approval, the loser is refused before its body, and the state names
+the winner. A body that raises leaves its outcome on main or in the run's ledger; a
+local-first agent with a remote spends only when its policy allows offline spends."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gitstate import audit
+from gitstate.errors import GitStateError, Refused, StoreError
+from gitstate.repo import StateRepo
+from tests.helpers import GIT, free_port, run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = """\
+version: 1
+unknown_keys: allow
+approvals:
+  refund: {writers: [runtime, human]}
+"""
+ARGS = {"ticket": "T-7", "amount": 120}
+ROUNDS = int(os.environ.get("GITSTATE_RACES", "50"))
+# the 50 spent approvals stay in the state (and in the section) until they expire
+ROOMY = "max_keys = 256\nsection_max_bytes = 65536\ninjection_max_chars = 100000\n"
+
+
+@pytest.fixture
+def repo(agent_dir: Path) -> StateRepo:
+    repo = StateRepo.init(agent_dir)
+    repo.set_schema(SCHEMA, "refunds need an approval")
+    return repo
+
+
+def _approved(repo: StateRepo, args: dict[str, object]) -> str:
+    approval = repo.request_approval("refund", args, "the customer asked")
+    repo.approve(approval, "within policy")
+    return approval
+
+
+def test_the_call_is_handed_over_once(repo: StateRepo) -> None:
+    approval = _approved(repo, ARGS)
+    ran: list[object] = []
+    with repo.spend_approval(approval, "refund", dict(reversed(list(ARGS.items())))) as call:
+        ran.append(call)
+        call.args["amount"] = 999  # a copy: the frozen call cannot be changed
+    assert ran == [call]
+    assert call.tool == "refund" and call.args == ARGS and call.approval_id == approval
+    assert call.commit == repo.head()  # entered after the consume commit
+    record = repo.state().keys[f"approval.{approval}"].value
+    assert isinstance(record, dict)
+    assert record["status"] == "consumed" and record["consumed_by"] == "runtime"
+    with pytest.raises(Refused) as exc, repo.spend_approval(approval, "refund", ARGS):
+        ran.append("the second body")
+    assert len(ran) == 1
+    assert exc.value.rule == "approval.not_runnable"
+    assert exc.value.details["winner"] == call.commit and call.commit[:12] in exc.value.message
+    other = _approved(repo, ARGS)
+    with pytest.raises(Refused) as exc, repo.spend_approval(other, "refund",
+                                                            {**ARGS, "amount": 121}):
+        ran.append("changed arguments")
+    assert "args.amount: 120 approved, 121 asked" in exc.value.message and len(ran) == 1
+    assert repo.can_run("refund", ARGS)  # the refused spend left the approval as it was
+
+
+def test_a_body_that_raises_leaves_an_audited_outcome(repo: StateRepo, tmp_path: Path) -> None:
+    approval = _approved(repo, ARGS)
+    with pytest.raises(RuntimeError), repo.spend_approval(approval, "refund", ARGS) as call:
+        raise RuntimeError("provider timed out; token=ghp_abcdefghijklmnopqrstuvwxyz0123456789")
+    record = repo.state().keys[f"approval.{approval}"].value
+    assert isinstance(record, dict) and record["status"] == "consumed"
+    assert record["outcome"] == "failed"
+    assert record["error"] == "RuntimeError: provider timed out; [withheld]"
+    shown = audit.show(repo, repo.head())
+    assert ["Gitstate-Approval", "outcome"] in shown["trailers"]
+    assert call.commit[:12] in repo.history(1)[0]["reason"]
+    with pytest.raises(Refused) as exc, repo.spend_approval(approval, "refund", ARGS):
+        pytest.fail("a consumed approval ran again")
+    assert exc.value.rule == "approval.not_runnable"
+    # a clone checks the outcome step like any commit from elsewhere (foreign.py)
+    assert all(c.ok for c in audit.verify(repo))
+    bare = tmp_path / "remote.git"
+    subprocess.run([GIT or "git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    repo.store.set_remote_url(str(bare))
+    repo.push()
+    clone = StateRepo.clone(str(bare), tmp_path / "clone")
+    assert clone.state().keys[f"approval.{approval}"].value == record
+    clone.close()
+
+
+def test_a_run_records_the_failure_and_is_checked_first(repo: StateRepo) -> None:
+    repo.runs.start("r-1", description="refund T-7", criteria=["refunded"], reason="asked")
+    approval = _approved(repo, ARGS)
+    with pytest.raises(ValueError), repo.spend_approval(approval, "refund", ARGS,
+                                                        run_id="r-1", tool_call_id="call-9"):
+        raise ValueError("card declined")
+    view = repo.runs.read("r-1")
+    assert "call-9" in view.state["tool_result_refs"]
+    assert f"approval.{approval}:failed" in view.state["evidence_refs"]
+    record = repo.state().keys[f"approval.{approval}"].value
+    assert isinstance(record, dict) and record["status"] == "consumed" and "outcome" not in record
+    repo.runs.event("r-1", {"type": "cancelled", "reason": "the customer withdrew"}, "stop")
+    again = _approved(repo, ARGS)
+    with pytest.raises(GitStateError) as exc, repo.spend_approval(again, "refund", ARGS,
+                                                                  run_id="r-1"):
+        pytest.fail("a stopped run's call ran")
+    assert exc.value.rule == "run.stopped"
+    assert repo.can_run("refund", ARGS)  # refused before the spend: still approved
+
+
+def test_local_first_with_a_remote_spends_only_when_the_policy_allows(
+        repo: StateRepo, tmp_path: Path) -> None:
+    repo.store.set_remote_url(f"git://127.0.0.1:{free_port()}/nothing.git")
+    approval = _approved(repo, ARGS)
+    with pytest.raises(Refused) as exc, repo.spend_approval(approval, "refund", ARGS):
+        pytest.fail("spent without the remote")
+    assert exc.value.rule == "approval.offline" and "offline_spend: true" in exc.value.message
+    repo.set_schema(SCHEMA.replace("human]}", "human], offline_spend: true}")
+                    .replace("version: 1", "version: 2"), "offline spends accepted")
+    with repo.spend_approval(approval, "refund", ARGS) as call:
+        assert call.commit == repo.head()
+    # remote-first and the remote unreachable: refused before the body, still approved
+    other = _approved(repo, ARGS)
+    (repo.agent_dir / "config.toml").write_text('[gitstate]\nsync = "remote-first"\n')
+    with StateRepo(repo.agent_dir) as rf:
+        with pytest.raises(StoreError) as err, rf.spend_approval(other, "refund", ARGS):
+            pytest.fail("spent while the remote was unreachable")
+        assert err.value.rule == "remote.unreachable"
+        assert rf.approval_verdict("refund", ARGS).approval_id == other
+
+
+def test_the_cli_spends_then_runs_the_command(repo: StateRepo, tmp_path: Path) -> None:
+    approval = _approved(repo, ARGS)
+    seen = tmp_path / "seen.json"
+    script = f"printf '%s' \"$GITSTATE_ARGS_JSON\" > {seen}; exit 4"
+    out = run_cli("spend", approval, "--tool", "refund", "--args-json", json.dumps(ARGS),
+                  "--", "sh", "-c", script, agent_dir=repo.agent_dir, process=True)
+    assert out.returncode == 4, out.stderr
+    assert json.loads(seen.read_text()) == ARGS and "the failure is recorded" in out.stdout
+    record = repo.state().keys[f"approval.{approval}"].value
+    assert isinstance(record, dict) and record["outcome"] == "failed"
+    seen.unlink()
+    again = run_cli("spend", approval, "--tool", "refund", "--args-json", json.dumps(ARGS),
+                    "--", "sh", "-c", script, agent_dir=repo.agent_dir)
+    assert again.returncode == 1 and "[approval.not_runnable]" in again.stderr
+    assert not seen.exists()  # refused before the command started
+
+
+def _race(tmp_path: Path, dirs: list[Path], approve: Callable[[int], str]) -> dict[str, str]:
+    """Two spender processes (tests/workers.py), one per directory, race ROUNDS approvals;
+    returns approval id -> the winner's consume commit, after checking every round."""
+    effects = tmp_path / "effects.txt"
+    effects.touch()
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.workers", "spender", str(d), name,
+                               str(effects)], cwd=ROOT, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+             for d, name in zip(dirs, "ab", strict=True)]
+    won: dict[str, str] = {}
+    both_advised = 0
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        for n in range(ROUNDS):
+            approval = approve(n)
+            for p in procs[n % 2:] + procs[:n % 2]:  # each goes first in turn
+                assert p.stdin is not None
+                p.stdin.write(f"{n} {approval}\n")
+                p.stdin.flush()
+            outcomes = {}
+            for name, p in zip("ab", procs, strict=True):
+                assert p.stdout is not None
+                outcomes[name] = json.loads(p.stdout.readline())
+            runs = [line.split() for line in effects.read_text().splitlines()
+                    if line.split()[0] == str(n)]
+            assert len(runs) == 1, (n, runs, outcomes)  # exactly one tool body ran
+            [(_, who, commit)] = runs
+            loser = outcomes["b" if who == "a" else "a"]
+            assert outcomes[who] == {"won": True, "commit": commit,
+                                     "can_run": outcomes[who]["can_run"]}
+            assert not loser["won"] and loser["rule"] == "approval.not_runnable", loser
+            assert loser["winner"] == commit, loser  # the refusal names the winner
+            both_advised += outcomes["a"]["can_run"] and outcomes["b"]["can_run"]
+            won[approval] = commit
+    finally:
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.close()
+            p.wait(timeout=60)
+    print(f"\n{ROUNDS} spend races: one body each; can_run said yes to both in "
+          f"{both_advised}")
+    return won
+
+
+def _names_the_winners(repo: StateRepo, won: dict[str, str]) -> None:
+    spent = {rec["key"]: rec["commit"] for rec in repo.full_history()
+             if rec["key"] in {f"approval.{a}" for a in won}
+             and isinstance(rec["new"], dict) and rec["new"]["status"] == "consumed"}
+    assert spent == {f"approval.{a}": c for a, c in won.items()}
+    for approval, commit in won.items():
+        record = repo.state().keys[f"approval.{approval}"].value
+        assert isinstance(record, dict)
+        assert record["consumed_by"] == repo.store.commit_info(commit).message.decode() \
+            .split("Gitstate-Actor: ")[1].split("\n")[0]
+        assert record["consumed_by"] in ("gateway-a", "gateway-b")
+    assert all(c.ok for c in audit.verify(repo))
+
+
+@pytest.mark.slow
+def test_two_processes_on_one_agent_race_to_spend(agent_dir: Path, tmp_path: Path) -> None:
+    (agent_dir / "config.toml").write_text("[gitstate]\n" + ROOMY)
+    repo = StateRepo.init(agent_dir)
+    repo.set_schema(SCHEMA, "refunds need an approval")
+    won = _race(tmp_path, [repo.agent_dir, repo.agent_dir],
+                lambda n: _approved(repo, {"round": n}))
+    _names_the_winners(repo, won)
+    repo.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(GIT is None, reason="needs the git CLI for the bare remote")
+def test_two_clones_race_through_the_remote(tmp_path: Path) -> None:
+    bare = tmp_path / "remote.git"
+    subprocess.run([GIT or "git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    (tmp_path / "desk").mkdir()
+    (tmp_path / "desk" / "config.toml").write_text("[gitstate]\n" + ROOMY)
+    with StateRepo.init(tmp_path / "desk") as desk:
+        desk.set_schema(SCHEMA, "refunds need an approval")
+        desk.store.set_remote_url(str(bare))
+        desk.push()
+    for name in ("x", "y"):
+        StateRepo.clone(str(bare), tmp_path / name).close()
+    for name in ("desk", "x", "y"):
+        (tmp_path / name / "config.toml").write_text(
+            '[gitstate]\nsync = "remote-first"\n' + ROOMY)
+    with StateRepo(tmp_path / "desk") as desk:
+        won = _race(tmp_path, [tmp_path / "x", tmp_path / "y"],
+                    lambda n: _approved(desk, {"round": n}))
+        desk.pull()
+        _names_the_winners(desk, won)
