@@ -4,9 +4,11 @@ arguments (frozen-argument approval).
 
 The model proposes; the runtime owns every transition: observation functions move the
 phase, the gateway requests approvals, a human decides, and the gateway spends the approval
-when the refund runs. The approval lives in the state repository, so it survives a restart
-of the gateway between the approval and the run. Runs offline with a scripted stand-in
-model:
+before the refund runs: ``with repo.spend_approval(...) as call:`` hands the frozen call
+over only once the spend is committed, so a second gateway that read the same approval is
+refused before it pays. The approval lives in the state repository, so it survives a
+restart of the gateway between the approval and the run. Runs offline with a scripted
+stand-in model:
 
     python examples/refund_gateway.py
 """
@@ -18,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gitstate import State, StateRepo
+from gitstate import Refused, State, StateRepo
 
 SCHEMA = Path(__file__).with_name("schemas") / "refund.yaml"
 
@@ -60,18 +62,30 @@ class Gateway:
         return f"{tool} ok"
 
     def refund(self, args: dict[str, Any]) -> str:
+        # advisory: which approval to spend, or what to tell the model; it decides nothing
         verdict = self.repo.approval_verdict("refund", args)
         if verdict.ok:
             assert verdict.approval_id is not None
-            # ... the payment provider is called here, with exactly ``args`` ...
-            self.repo.consume_approval(verdict.approval_id, "refund", args,
-                                       request_id=f"refund-{verdict.approval_id}")
-            self.repo.apply_observation("refund", {"ok": True})
-            return f"refunded {args['amount']} (approval {verdict.approval_id})"
+            return self.spend(verdict.approval_id, args)
         if "argument changed" in verdict.reason or "pending" in verdict.reason:
             return f"refused: {verdict.reason}"
         approval = self.repo.request_approval("refund", args, "the model asked for a refund")
         return f"waiting_for_approval: {approval}"
+
+    def spend(self, approval_id: str, args: dict[str, Any]) -> str:
+        try:
+            with self.repo.spend_approval(approval_id, "refund", args) as call:
+                receipt = pay(**call.args)  # the payment provider, with the frozen arguments
+        except Refused as exc:  # another gateway spent it first: this one never paid
+            return f"refused [{exc.rule}]: {exc.message}"
+        self.repo.apply_observation("refund", {"ok": True})
+        return f"refunded {call.args['amount']} (approval {call.approval_id}, {receipt})"
+
+
+def pay(ticket: str, amount: int) -> str:
+    """The payment provider's stand-in. If it raised, spend_approval would record the
+    failure as the approval's outcome, and the approval would stay spent."""
+    return f"receipt R-{ticket}-{amount}"
 
 
 def run(agent_dir: Path) -> list[str]:
@@ -93,10 +107,14 @@ def run(agent_dir: Path) -> list[str]:
     # the gateway restarts; meanwhile a human approves (gitstate approve ID --reason ...)
     with StateRepo(agent_dir, writer="human") as human:
         human.approve(approval, "ticket T1 checked; 120 is within policy")
-    with StateRepo(agent_dir) as repo:
-        gateway = Gateway(repo)
+    with StateRepo(agent_dir) as repo, StateRepo(agent_dir) as twin_repo:
+        gateway, twin = Gateway(repo), Gateway(twin_repo)  # two gateways on one agent
         step(gateway, "refund", {**refund, "amount": 150})  # not what was approved
-        step(gateway, "refund", refund)  # exactly what was approved: runs, once
+        seen = twin.repo.approval_verdict("refund", refund)  # the twin reads: approved
+        step(gateway, "refund", refund)  # exactly what was approved: spent, then paid once
+        assert seen.approval_id is not None
+        log.append(f"twin gateway (it read: {seen.reason}) -> "
+                   f"{twin.spend(seen.approval_id, refund)}")
         step(gateway, "search", {"q": "anything else?"})
         step(gateway, "finish", {})
     return log

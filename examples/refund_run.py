@@ -4,7 +4,8 @@ The run ledger (refs/heads/runs/refund-O-104) is the run's working memory: every
 result, question and approval is one commit, applied by the runtime; the model only
 proposes (here a scripted stand-in, writing as the agent). The payment is a side-effecting
 step of a high-risk goal, so the run waits for the key table's frozen-argument approval,
-across a restart of the gateway. At the end the outcome is promoted to the durable key table
+across a restart of the gateway, and the gateway spends it (``spend_approval``) before it
+pays. At the end the outcome is promoted to the durable key table
 (schema.yaml allows it for refund.*, by the runtime), citing the run. Runs offline:
 
     python examples/refund_run.py [AGENT_DIR]
@@ -44,6 +45,11 @@ def refused(repo: StateRepo, body: dict[str, Any], reason: str, **kw: str) -> No
     raise SystemExit(f"{body['type']} should have been refused")
 
 
+def pay(order: str, amount_cents: int) -> str:
+    """The payment provider's stand-in: the refund's reference."""
+    return "refund:R-9"
+
+
 def main(agent_dir: Path) -> int:
     runtime = StateRepo.init(agent_dir, writer="runtime", actor="refund-gateway")
     runtime.set_schema(SCHEMA.read_text(encoding="utf-8"), "refunds: approvals and runs")
@@ -80,9 +86,14 @@ def main(agent_dir: Path) -> int:
         human.approve(approval, "checked the order and the amount")
     event(gateway, {"type": "approval_recorded", "approval_id": approval,
                     "decision": "approved"}, "the supervisor approved the refund")
-    gateway.consume_approval(approval, "refund", ARGS, reason="refund O-104 runs")
+    # spent before the provider is called: a second gateway would be refused here, and a
+    # provider that raised would leave a tool_result_recorded of the failure in the run
+    with gateway.spend_approval(approval, "refund", ARGS, run_id=RUN,
+                                tool_call_id="call-2", reason="refund O-104 runs") as call:
+        say(f"  approval {call.approval_id} spent in {call.commit[:12]}; paying once")
+        refund_ref = pay(**call.args)
     event(gateway, {"type": "tool_result_recorded", "tool_call_id": "call-2",
-                    "evidence_ref": "refund:R-9", "observed_at": "2026-12-01T09:05:00Z"},
+                    "evidence_ref": refund_ref, "observed_at": "2026-12-01T09:05:00Z"},
           "refund R-9 issued: 120.00")
     event(gateway, {"type": "step_completed", "step_id": "pay"}, "paid")
     completion: dict[str, Any] = {

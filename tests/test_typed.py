@@ -203,7 +203,8 @@ def test_refund_gateway_example(tmp_path: Path) -> None:
     """Seed 004's flow end to end: refund illegal in gather; a ready ticket moves the phase
     (an observation, never the model) and records the checked facts; the refund waits for a
     human's approval of its exact arguments, which survives the gateway's restart; a changed
-    amount is refused, naming it; the approved call runs once; then only finish is left."""
+    amount is refused, naming it; the approved call is spent, then runs once, and a second
+    gateway that read the same approval is refused; then only finish is left."""
     sys.path.insert(0, str(ROOT / "examples"))
     try:
         import refund_gateway
@@ -216,9 +217,14 @@ def test_refund_gateway_example(tmp_path: Path) -> None:
     approval = log[2].rsplit(" ", 1)[1]
     assert log[3].endswith(f"refused: approval {approval} was for other arguments (argument "
                            "changed: args.amount: 120 approved, 150 asked)")
-    assert log[4].endswith(f"call=refund -> refunded 120 (approval {approval})")
-    assert log[5] == "phase=done offered=['finish'] call=search -> illegal_in_phase: search"
-    assert log[6].endswith("call=finish -> finish ok") and len(log) == 7
+    assert log[4].endswith(f"call=refund -> refunded 120 (approval {approval}, receipt "
+                           "R-T1-120)")
+    # a second gateway that read the approval before the spend is refused before paying
+    assert log[5].startswith("twin gateway (it read: approved by human) -> refused "
+                             f"[approval.not_runnable]: approval {approval} is consumed: spent "
+                             "by runtime in commit ")
+    assert log[6] == "phase=done offered=['finish'] call=search -> illegal_in_phase: search"
+    assert log[7].endswith("call=finish -> finish ok") and len(log) == 8
     with StateRepo(tmp_path / "agent") as repo:
         state = repo.state()
         assert state.keys["ticket_id"].value == "T1"
