@@ -117,8 +117,8 @@ class ApprovalMethods:
         request = requests.fingerprint(request_id, "approval.consume", approval_id, tool,
                                        args)
         return self.engine.write(lambda base: approvals.plan_consume(
-            base, approval_id=approval_id, tool=tool, args=args, reason=text, actor=who),
-            request)
+            base, approval_id=approval_id, tool=tool, args=args, reason=text, actor=who,
+            state_at=self.reader.state_at), request)
 
     @contextlib.contextmanager
     def spend_approval(self, approval_id: str, tool: str, args: Any, *,
@@ -175,13 +175,15 @@ class ApprovalMethods:
                     f"`offline_spend: true` in schema.yaml's approvals policy for {tool}",
                     rule="approval.offline", approval_id=approval_id, remote=remote)
             return approvals.plan_consume(base, approval_id=approval_id, tool=tool, args=args,
-                                          reason=text, actor=who)
+                                          reason=text, actor=who, state_at=self.reader.state_at)
 
         try:
             result = self.engine.write(plan)
         except Refused as exc:
             if exc.rule == "approval.not_runnable" and exc.details.get("status") == "consumed":
                 raise self._lost(approval_id, exc) from None
+            if exc.rule == "approval.void" and exc.details.get("key"):
+                raise self._voided(exc) from None
             raise
         assert result.key is not None and result.commit is not None and result.new is not None
         value = result.new.value
@@ -206,6 +208,22 @@ class ApprovalMethods:
                        + (f" in commit {winner[:12]}" if winner else "")
                        + "; the call was not handed over", rule=exc.rule,
                        **{**exc.details, "winner": winner})
+
+    def _voided(self, exc: Refused) -> Refused:
+        """A void refusal, naming the commit that changed the key since the decision."""
+        key, seen = exc.details["key"], exc.details.get("decided_on")
+        changed_in = None
+        for rec in self.reader.history_iter():
+            if rec["commit"] == seen or rec["parent"] is None:
+                break
+            after = self.reader.state_at(rec["commit"]).keys.get(key)
+            before = self.reader.state_at(rec["parent"]).keys.get(key)
+            if (after.value if after else None) != (before.value if before else None):
+                changed_in = rec["commit"]
+                break
+        message = exc.message if changed_in is None else exc.message.replace(
+            " changed since", f" changed in {changed_in[:12]} since", 1)
+        return Refused(message, rule=exc.rule, **{**exc.details, "changed_in": changed_in})
 
     def _check_run_accepts(self, run_id: str, call_id: str, approval_id: str) -> None:
         """Before the spend: the run would accept this call's result (it exists, is not

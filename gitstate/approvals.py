@@ -28,8 +28,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from fnmatch import fnmatchcase
 from typing import Any
 
 from .approval_policy import ApprovalPolicy as Policy
@@ -43,6 +46,7 @@ from .values import canonical, changes
 PREFIX = "approval."
 STATUSES = ("pending", "approved", "denied", "consumed")
 TRAILER = "Approval"  # Gitstate-Approval: request | approve | deny | consume | outcome
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 ERROR_MAX_CHARS = 500  # of a failed call's error, in its outcome record
 
 
@@ -156,15 +160,19 @@ def plan_decide(base: Base, policy_for: dict[str, Policy], writer: str, *, appro
     if entry.is_expired(base.now):
         raise Refused(f"approval {key[len(PREFIX):]} expired at {entry.expires_at}",
                       rule="approval.expired")
-    new = {**value, "status": "approved" if approve else "denied", "decided_by": actor}
+    # decided_on: main's commit the decider saw, for the policy's void_if_changed
+    new = {**value, "status": "approved" if approve else "denied", "decided_by": actor,
+           "decided_on": base.commit}
     return _plan(base, key, new, reason, actor, entry.expires_at,
                  "approve" if approve else "deny")
 
 
 def plan_consume(base: Base, *, approval_id: str, tool: str | None, args: Any, reason: str,
-                 actor: str) -> Plan:
+                 actor: str, state_at: Callable[[str], State] | None = None) -> Plan:
     """Spend an approved, unexpired approval; ``tool`` and ``args`` None: the call it froze.
-    The record names who spent it (``consumed_by``)."""
+    The record names who spent it (``consumed_by``). Given ``state_at`` (a reader of the
+    state at a commit), the policy's ``void_if_changed`` keys are compared between the
+    commit the decision was made on and the base: one that changed voids the spend."""
     key, entry, value = _record(base.state, approval_id)
     if tool is None:
         tool = str(value.get("tool"))
@@ -173,8 +181,35 @@ def plan_consume(base: Base, *, approval_id: str, tool: str | None, args: Any, r
     if not verdict.ok:
         raise Refused(verdict.reason, rule="approval.not_runnable", approval_id=key[len(PREFIX):],
                       status=value.get("status"), consumed_by=value.get("consumed_by"))
+    policy = (base.schema.approvals if base.schema else {}).get(tool)
+    seen = value.get("decided_on")
+    if policy and policy.void_if_changed and state_at is not None:
+        if not isinstance(seen, str):
+            raise Refused(f"approval {key[len(PREFIX):]} records no commit its decision was "
+                          f"made on, and the policy of {tool} voids it when "
+                          f"{', '.join(policy.void_if_changed)} changed: decide it again",
+                          rule="approval.void", approval_id=key[len(PREFIX):])
+        changed = _changed(state_at(seen), base.state, policy.void_if_changed)
+        if changed:
+            raise Refused(f"approval {key[len(PREFIX):]} is void: {changed} changed since the "
+                          f"decision was made on {seen[:12]} (the policy of {tool} names it "
+                          "in void_if_changed); request and decide it again",
+                          rule="approval.void", approval_id=key[len(PREFIX):], key=changed,
+                          decided_on=seen)
     return _plan(base, key, {**value, "status": "consumed", "consumed_by": actor}, reason,
                  actor, entry.expires_at, "consume")
+
+
+def _changed(before: State, after: State, names: tuple[str, ...]) -> str | None:
+    """The first key matching ``names`` (exact or ``*`` patterns) whose value differs."""
+    keys = sorted(k for k in before.keys.keys() | after.keys.keys()
+                  if any(fnmatchcase(k, n) for n in names))
+    for k in keys:
+        old, new = before.keys.get(k), after.keys.get(k)
+        if (old is None) != (new is None) or (old is not None and new is not None and canonical(
+                old.value, canonical_text) != canonical(new.value, canonical_text)):
+            return k
+    return None
 
 
 def plan_outcome(base: Base, *, approval_id: str, error: str, reason: str,
@@ -323,6 +358,10 @@ def check_transition(key: str, old: Any, new: Any, step: str | None) -> None:
             canonical(old.get(f), canonical_text) != canonical(new.get(f), canonical_text)
             for f in ("tool", "args", "args_sha256")):
         raise InvalidInput(f"{key}: a decision changed the frozen call", rule="approval.invalid")
+    seen = new.get("decided_on")
+    if step in ("approve", "deny") and seen is not None and (
+            not isinstance(seen, str) or not _COMMIT.fullmatch(seen)):
+        raise InvalidInput(f"{key}: decided_on must be a commit id", rule="approval.invalid")
     if step == "outcome" and (not isinstance(old, dict) or old.get("outcome") is not None
                               or new.get("outcome") != "failed"):
         raise InvalidInput(f"{key}: an outcome is recorded once, as failed",

@@ -205,8 +205,11 @@ def test_bad_approval_declarations_are_named(runtime: StateRepo) -> None:
     for text, fragment in (
             ("approvals:\n  refund: {writers: [agent]}\n", "the agent never decides"),
             ("approvals:\n  refund: {ttl_hours: 0}\n", "ttl_hours"),
-            ("approvals:\n  refund: {colour: red}\n", "only writers, ttl_hours and offline_spend"),
-            ("approvals: [refund]\n", "must map tool names")):
+            ("approvals:\n  refund: {colour: red}\n", "only writers, ttl_hours, offline_spend"),
+            ("approvals: [refund]\n", "must map tool names"),
+            ("approvals:\n  refund: {offline_spend: 1}\n", "offline_spend must be true or"),
+            ("approvals:\n  refund: {void_if_changed: limit}\n", "must list keys or"),
+            ("approvals:\n  refund: {void_if_changed: ['a b']}\n", "void_if_changed: ")):
         with pytest.raises(InvalidInput) as exc:
             runtime.set_schema(f"version: 2\n{text}", "bad")
         assert fragment in exc.value.message, exc.value.message

@@ -246,3 +246,37 @@ def test_two_clones_race_through_the_remote(tmp_path: Path) -> None:
                     lambda n: _approved(desk, {"round": n}))
         desk.pull()
         _names_the_winners(desk, won)
+
+
+def test_a_decision_is_bound_to_the_state_it_was_made_on(repo: StateRepo) -> None:
+    """``void_if_changed``: the approval records main's commit at the decision; a named key
+    (or pattern) that changed by the spend voids it, naming the key and the commit."""
+    repo.set_schema(SCHEMA.replace("version: 1", "version: 2").replace(
+        "human]}", "human], void_if_changed: [limit, 'fx.*']}"), "bind to limit and fx")
+    repo.set("limit", 500, "the refund limit")
+    repo.set("note", "x", "not named")
+    approval = repo.request_approval("refund", ARGS, "asked")
+    seen = repo.head()
+    repo.approve(approval, "within the limit of 500")
+    record = repo.state().keys[f"approval.{approval}"].value
+    assert isinstance(record, dict) and record["decided_on"] == seen
+    repo.set("note", "y", "an unnamed key may change")
+    changed = repo.set("limit", 50, "the limit was cut").commit
+    repo.set("note", "z", "and again")
+    with pytest.raises(Refused) as exc, repo.spend_approval(approval, "refund", ARGS):
+        pytest.fail("a void approval ran")
+    assert exc.value.rule == "approval.void" and exc.value.details["key"] == "limit"
+    assert exc.value.details["changed_in"] == changed
+    assert f"limit changed in {changed[:12]} since the decision was made on {seen[:12]}" \
+        in exc.value.message
+    with pytest.raises(Refused):  # the low-level consume refuses it too
+        repo.consume_approval(approval, "refund", ARGS)
+    repo.set("limit", 500, "the limit is back")  # the value the decider saw: valid again
+    with repo.spend_approval(approval, "refund", ARGS) as call:
+        assert call.commit == repo.head()
+    other = _approved(repo, ARGS)
+    repo.set("fx.usd", 31, "a pattern counts too")
+    with pytest.raises(Refused) as exc, repo.spend_approval(other, "refund", ARGS):
+        pytest.fail("a void approval ran")
+    assert exc.value.details["key"] == "fx.usd"
+    assert all(c.ok for c in audit.verify(repo))
