@@ -57,6 +57,12 @@ def test_remote_bench_quick() -> None:
     assert "push (with lease)" in text and "gitstate fleet" in text
 
 
+def test_spend_bench_quick() -> None:
+    """spend.py --quick puts a local spend beside one linearized through git daemon."""
+    text = _run("spend.py")
+    assert "spend_approval, local" in text and "remote-first via git daemon" in text
+
+
 def test_wire_memory_bench_quick() -> None:
     """wire_memory.py --quick prints each pull's peak memory against the baseline's."""
     text = _run("wire_memory.py")
