@@ -36,7 +36,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from .approval_policy import ApprovalPolicy as Policy
-from .errors import InvalidInput, Refused
+from .errors import GitStateError, InvalidInput, Refused
 from .model import Entry, State, canonical_text, format_time
 from .planners import Base, Plan
 from .results import WriteResult
@@ -131,8 +131,15 @@ def replan(base: Base, key: str, step: str, recorded: Any, *, reason: str,
     if step in ("approve", "deny"):
         policy = policies.get(str(recorded.get("tool")))
         writer = policy.writers[0] if policy and policy.writers else "human"
+        # the commit the decider saw stays what it was when a push re-applies the decision
+        # on a newer parent; a record without one (an older gitstate's) is planned without
+        seen = recorded.get("decided_on")
+        if seen is not None and (not isinstance(seen, str) or not _COMMIT.fullmatch(seen)):
+            raise InvalidInput(f"{key}: decided_on must be a commit id",
+                               rule="approval.invalid")
         return plan_decide(base, policies, writer, approval_id=key, approve=step == "approve",
-                           reason=reason, actor=actor)
+                           reason=reason, actor=actor, decided_on=seen,
+                           record_commit="decided_on" in recorded)
     if step == "consume":
         return plan_consume(base, approval_id=key, tool=None, args=None, reason=reason,
                             actor=actor)
@@ -146,7 +153,10 @@ def replan(base: Base, key: str, step: str, recorded: Any, *, reason: str,
 
 
 def plan_decide(base: Base, policy_for: dict[str, Policy], writer: str, *, approval_id: str,
-                approve: bool, reason: str, actor: str) -> Plan:
+                approve: bool, reason: str, actor: str, decided_on: str | None = None,
+                record_commit: bool = True) -> Plan:
+    """Approve or deny a pending approval; the record keeps ``decided_on``, main's commit
+    the decision was made on (the base, unless given: a re-applied decision keeps its own)."""
     key, entry, value = _record(base.state, approval_id)
     policy = policy_for.get(str(value.get("tool")))
     allowed = policy.writers if policy else ("human",)
@@ -161,8 +171,9 @@ def plan_decide(base: Base, policy_for: dict[str, Policy], writer: str, *, appro
         raise Refused(f"approval {key[len(PREFIX):]} expired at {entry.expires_at}",
                       rule="approval.expired")
     # decided_on: main's commit the decider saw, for the policy's void_if_changed
-    new = {**value, "status": "approved" if approve else "denied", "decided_by": actor,
-           "decided_on": base.commit}
+    new = {**value, "status": "approved" if approve else "denied", "decided_by": actor}
+    if record_commit:
+        new["decided_on"] = decided_on or base.commit
     return _plan(base, key, new, reason, actor, entry.expires_at,
                  "approve" if approve else "deny")
 
@@ -189,7 +200,15 @@ def plan_consume(base: Base, *, approval_id: str, tool: str | None, args: Any, r
                           f"made on, and the policy of {tool} voids it when "
                           f"{', '.join(policy.void_if_changed)} changed: decide it again",
                           rule="approval.void", approval_id=key[len(PREFIX):])
-        changed = _changed(state_at(seen), base.state, policy.void_if_changed)
+        try:
+            then = state_at(seen)
+        except (GitStateError, KeyError, ValueError):
+            raise Refused(f"approval {key[len(PREFIX):]} was decided on {seen[:12]}, which "
+                          f"this repository does not hold, and the policy of {tool} voids "
+                          "it when a named key changed since: decide it again",
+                          rule="approval.void", approval_id=key[len(PREFIX):],
+                          decided_on=seen) from None
+        changed = _changed(then, base.state, policy.void_if_changed)
         if changed:
             raise Refused(f"approval {key[len(PREFIX):]} is void: {changed} changed since the "
                           f"decision was made on {seen[:12]} (the policy of {tool} names it "

@@ -280,3 +280,26 @@ def test_a_decision_is_bound_to_the_state_it_was_made_on(repo: StateRepo) -> Non
         pytest.fail("a void approval ran")
     assert exc.value.details["key"] == "fx.usd"
     assert all(c.ok for c in audit.verify(repo))
+
+
+@pytest.mark.skipif(GIT is None, reason="needs the git CLI for the bare remote")
+def test_a_decision_re_applied_by_push_keeps_the_commit_it_was_made_on(
+        repo: StateRepo, tmp_path: Path) -> None:
+    """A decision made while the remote moved on is re-applied on the remote's main by push;
+    it keeps the commit its decider saw, and pull and the other clone accept it."""
+    bare = tmp_path / "remote.git"
+    subprocess.run([GIT or "git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    repo.store.set_remote_url(str(bare))
+    approval = repo.request_approval("refund", ARGS, "asked")
+    seen = repo.head()
+    repo.push()
+    with StateRepo.clone(str(bare), tmp_path / "other") as other:
+        other.set("note", "meanwhile", "the remote moves on")
+        other.push()
+        repo.approve(approval, "checked")
+        result = repo.push()
+        assert result.rebased == 1 and not result.refused, result
+        other.pull()
+        record = other.state().keys[f"approval.{approval}"].value
+        assert isinstance(record, dict) and record["decided_on"] == seen
+        assert record["status"] == "approved" and other.head() == repo.head()
