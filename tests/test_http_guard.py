@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -220,8 +219,13 @@ def test_claude_code_over_http_with_and_without_the_header(mcp_server: HttpServe
                              capture_output=True, text=True, timeout=180, check=False)
         return out.stdout + out.stderr
 
-    if shutil.which("node") is None and "Added" not in (probe := run("list")):
-        pytest.skip(f"claude cannot run here: {probe[-300:]}")
+    try:
+        version = subprocess.run([str(claude), "--version"], env=env, capture_output=True,
+                                 text=True, timeout=60, check=False)
+    except OSError as exc:
+        pytest.skip(f"claude cannot run here: {exc}")
+    if version.returncode != 0:
+        pytest.skip(f"claude cannot run here: {(version.stdout + version.stderr)[-300:]}")
     run("add", "--transport", "http", "bare", mcp_server.url)
     run("add", "--transport", "http", "wrong", mcp_server.url,
         "--header", "Authorization: Bearer wrong-token-of-some-length")
