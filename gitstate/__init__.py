@@ -28,7 +28,7 @@ _EXPORTS = {
     "SyncStatus": "results", "SchemaReport": "results", "ChangeRecord": "projection",
     # the model and the configuration
     "Entry": "model", "Handoff": "model", "State": "model", "Scalar": "model",
-    "Value": "model", "Verdict": "approvals",
+    "Value": "model", "Verdict": "approvals", "Spend": "approvals",
     "Config": "config", "load_config": "config",
     # the wake-up path and the auditor's views
     "section": "fastpath", "verify": "audit", "log": "audit", "blame": "audit",
@@ -68,6 +68,7 @@ __all__ = [  # the keys of _EXPORTS and the version (a test keeps the two in ste
     "Scalar",
     "SchemaReport",
     "SectionTooLarge",
+    "Spend",
     "State",
     "StateDiff",
     "StateRepo",
@@ -93,7 +94,7 @@ __all__ = [  # the keys of _EXPORTS and the version (a test keeps the two in ste
 ]
 
 if TYPE_CHECKING:
-    from .approvals import Verdict
+    from .approvals import Spend, Verdict
     from .audit import Check, StateDiff, blame, diff_states, log, show, verify
     from .config import Config, load_config
     from .errors import (

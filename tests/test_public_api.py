@@ -23,7 +23,7 @@ EXPORTED = [
     "GitStateError", "Handoff", "HandoffTooLarge", "HistoryRewritten", "InjectionTooLarge",
     "InvalidInput", "KeyCapReached", "KeyState", "LockTimeout", "NotInitialized",
     "Observation", "Overridden", "Refusal", "Refused", "Scalar", "SchemaReport",
-    "SectionTooLarge", "State", "StateDiff", "StateRepo", "StateView", "StoreError",
+    "SectionTooLarge", "Spend", "State", "StateDiff", "StateRepo", "StateView", "StoreError",
     "SyncResult", "SyncStatus", "UNSET", "Unset",
     "UsageError", "Value", "Verdict", "WriteResult", "__version__", "blame", "diff_states", "load_config", "log",
     "refusal", "section", "show", "to_json", "verify",
@@ -53,6 +53,8 @@ RESULT_FIELDS = {
     "SyncStatus": ["head", "remote_url", "remote_seen", "ahead", "behind", "sync",
                    "unpushed_refs", "hand_edits"],
     "SchemaReport": ["schema", "live", "expired"],
+    "Spend": ["approval_id", "tool", "args_json", "args_sha256", "commit", "actor", "run_id",
+              "tool_call_id"],
 }
 
 

@@ -153,6 +153,26 @@ def test_the_cli_spends_then_runs_the_command(repo: StateRepo, tmp_path: Path) -
                     "--", "sh", "-c", script, agent_dir=repo.agent_dir)
     assert again.returncode == 1 and "[approval.not_runnable]" in again.stderr
     assert not seen.exists()  # refused before the command started
+    listed = run_cli("approvals", "--all", agent_dir=repo.agent_dir)
+    assert f"{approval}  consumed  refund(" in listed.stdout
+    assert "spent by human; the call failed: CallFailed: sh exited 4" in listed.stdout
+    # --run: the run is checked first, and the failure goes to its ledger
+    repo.runs.start("r-2", description="refund T-7", criteria=["refunded"], reason="asked")
+    third = _approved(repo, ARGS)
+    out = run_cli("spend", third, "--tool", "refund", "--args-json", json.dumps(ARGS),
+                  "--run", "r-2", "--tool-call-id", "call-3", "--", "sh", "-c", "exit 5",
+                  agent_dir=repo.agent_dir)
+    assert out.returncode == 1 and "[run.writer]" in out.stderr  # checked before the spend
+    assert repo.can_run("refund", ARGS)
+    out = run_cli("spend", third, "--as", "runtime", "--tool", "refund", "--args-json",
+                  json.dumps(ARGS), "--run", "r-2", "--tool-call-id", "call-3", "--", "sh",
+                  "-c", "exit 5", agent_dir=repo.agent_dir)
+    assert out.returncode == 5, out.stderr
+    assert "call-3" in repo.runs.read("r-2").state["tool_result_refs"]
+    missing = run_cli("spend", _approved(repo, ARGS), "--tool", "refund", "--args-json",
+                      json.dumps(ARGS), "--", "no-such-command-here", agent_dir=repo.agent_dir)
+    assert missing.returncode == 2 and "[usage.command]" in missing.stderr
+    assert repo.can_run("refund", ARGS)  # nothing was spent for a command that cannot start
 
 
 def _race(tmp_path: Path, dirs: list[Path], approve: Callable[[int], str]) -> dict[str, str]:

@@ -29,6 +29,8 @@ def approvals(obj: Ctx, show_all: bool, as_json: bool) -> None:
     lines = [f"{a['id']}  {a['status']:<9} {a['tool']}({_args(a['args'])})  requested by "
              f"{a['requested_by']} at {a['set_at']}"
              + (f"; expires {a['expires_at']}" if a["expires_at"] else "")
+             + (f"; spent by {a['consumed_by']}" if a.get("consumed_by") else "")
+             + (f"; the call failed: {a.get('error')}" if a.get("outcome") == "failed" else "")
              + (" (expired)" if a["expired"] else "") for a in items]
     emit({"approvals": items}, as_json, "\n".join(lines) or "(no pending approvals)")
 
@@ -81,11 +83,14 @@ class CallFailed(Exception):
               "in its ledger (checked to accept it before the spend).")
 @click.option("--tool-call-id", help="The call's id in the run (default spend-APPROVAL_ID).")
 @click.option("--reason", "-r", help="The consume commit's message.")
+@click.option("--as", "writer", type=click.Choice(["human", "runtime"]), default="human",
+              show_default=True, help="Spend as the runtime (a gateway in shell; a run's "
+              "tool results are the runtime's).")
 @json_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
 def spend(obj: Ctx, approval_id: str, tool: str, args_json: str, run_id: str | None,
-          tool_call_id: str | None, reason: str | None, as_json: bool,
+          tool_call_id: str | None, reason: str | None, writer: str, as_json: bool,
           command: tuple[str, ...]) -> None:
     """Spend APPROVAL_ID, then run COMMAND with the approved call: the one way a shell
     gateway runs a tool that needs an approval.
@@ -103,6 +108,8 @@ def spend(obj: Ctx, approval_id: str, tool: str, args_json: str, run_id: str | N
     \b
     gitstate spend 209406bd0bee --tool refund \\
         --args-json '{"ticket": "T-1", "amount": 120}' -- ./pay.sh
+    gitstate spend 209406bd0bee --as runtime --run refund-T-1 --tool refund \\
+        --args-json '{"ticket": "T-1", "amount": 120}' -- ./pay.sh
     """
     import os
     import shutil
@@ -114,8 +121,10 @@ def spend(obj: Ctx, approval_id: str, tool: str, args_json: str, run_id: str | N
     args = parse_json_value(args_json, "--args-json")
     if shutil.which(command[0]) is None:  # checked before the spend: nothing to hand over
         raise UsageError(f"{command[0]}: no such command", rule="usage.command")
+    from ..repo import StateRepo
+
     status, note = 0, ""
-    with obj.repo() as repo:
+    with StateRepo(obj.agent_dir, writer=writer) as repo:
         try:
             with repo.spend_approval(approval_id, tool, args, run_id=run_id,
                                      tool_call_id=tool_call_id, reason=reason) as call:

@@ -80,7 +80,9 @@ def _read(file: Path) -> str:
 
 @click.command()
 @click.option("--can-run", "tool", help="Exit 0 if TOOL is allowed in the current phase "
-              "(and, for a tool that needs an approval, approved for --args-json), else 1.")
+              "(and, for a tool that needs an approval, approved for --args-json), else 1. "
+              "Advisory: another process may spend the approval next; run the call with "
+              "`gitstate spend`.")
 @click.option("--args-json", metavar="JSON", help="The call's arguments (a JSON object): a "
               "tool schema.yaml's `approvals` names runs only with an approval of exactly these.")
 @json_option
