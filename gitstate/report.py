@@ -101,18 +101,56 @@ def page_for(repo: StateRepo, name: str, path: str) -> str | None:
 
 def serve(agent_dir: Path, host: str, port: int, token: str | None,
           ready: Callable[[str], None] | None = None, allow_hosts: tuple[str, ...] = (),
-          allow_origins: tuple[str, ...] = (), token_env: str = "GITSTATE_REPORT_TOKEN") -> None:
+          allow_origins: tuple[str, ...] = (), token_env: str = "GITSTATE_REPORT_TOKEN",
+          request_timeout: float | None = None) -> None:
     """Serve the pages live until interrupted, behind httpguard's checks (the same as
-    ``mcp --http``): Host, Origin, the bearer token; its headers on every response."""
+    ``mcp --http``): Host, Origin, the bearer token; its headers on every response. A
+    request's head must arrive within ``request_timeout`` seconds of the connection's opening
+    (httpguard.REQUEST_SECONDS by default), else the connection is closed unanswered."""
+    import contextlib
+    import socket
+    import sys
+    import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from .httpguard import REQUEST_SECONDS, SECURITY_HEADERS, Guard
     from .repo import StateRepo
 
     name = agent_dir.resolve().name
+    seconds = request_timeout or REQUEST_SECONDS
 
     class Handler(BaseHTTPRequestHandler):
-        timeout = REQUEST_SECONDS  # each read of a request: a stalled client lets go
+        timeout = seconds  # each read; the deadline below bounds them all
+        default_request_version = "HTTP/1.0"  # a malformed request's answer has headers too
+        expired = False
+
+        def setup(self) -> None:
+            super().setup()
+            self.deadline = threading.Timer(seconds, self._expire)
+            self.deadline.daemon = True
+            self.deadline.start()
+
+        def _expire(self) -> None:
+            self.expired = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+
+        def parse_request(self) -> bool:
+            ok = super().parse_request()  # the head has arrived (serve reads no body)
+            self.deadline.cancel()
+            if self.expired:
+                self.close_connection = True
+                return False
+            return ok
+
+        def finish(self) -> None:
+            self.deadline.cancel()
+            super().finish()
+
+        def send_error(self, code: int, message: str | None = None,
+                       explain: str | None = None) -> None:
+            if not self.expired:  # nothing is answered on a connection cut by the deadline
+                super().send_error(code, message, explain)
 
         def end_headers(self) -> None:  # every response, send_error's included
             for header, value in SECURITY_HEADERS:
@@ -173,7 +211,16 @@ def serve(agent_dir: Path, host: str, port: int, token: str | None,
         def log_message(self, format: str, *args: Any) -> None:
             return
 
-    server = ThreadingHTTPServer((host, port), Handler)
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        request_queue_size = 1024  # a burst of connections waits in the kernel, not in SYN retries
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            if isinstance(sys.exc_info()[1], OSError):
+                return  # the client went away, or the deadline cut it: no traceback
+            super().handle_error(request, client_address)
+
+    server = Server((host, port), Handler)
     guard = Guard(host, int(server.server_address[1]), token, allow_hosts, allow_origins,
                   token_hint=f"the one the server was started with (${token_env} or its "
                   "--token-file)")

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -113,8 +114,10 @@ def test_serve_refuses_a_rebinding_host_and_a_foreign_origin(pages: int) -> None
 
 def test_serve_secures_every_error(agent: Path, pages: int) -> None:
     """400, 404, 405, 501 and 500 carry the CSP and nosniff (before: none of them did)."""
-    bad = raw(pages, b"GET / extra HTTP/1.1\r\nHost: x\r\n\r\n")  # four words
-    assert bad.status == 400 and bad.secured()
+    for line in (b"GET / extra HTTP/1.1", b"GET / HTTP/1.1 extra words", b"GET / HTTP/x"):
+        bad = raw(pages, line + b"\r\nHost: x\r\n\r\n")  # malformed request lines
+        assert bad.status == 400 and bad.secured(), line
+    assert raw(pages, b"GET /\r\n\r\n").status == 421  # HTTP/0.9's form: no Host, headers all the same
     missing = get(pages, "/keys/nothing.html")
     assert missing.status == 404 and missing.secured()
     for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS"):
@@ -140,6 +143,40 @@ def test_serve_with_a_token_tells_missing_from_wrong(agent: Path) -> None:
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=10)
+
+
+def test_serve_closes_stalled_requests(agent: Path) -> None:
+    """200 connections, half sending part of a request head and half nothing, each holding
+    a thread of the server: all closed, unanswered, after --request-timeout (1 s here);
+    honest requests are served meanwhile and after, and stderr holds no traceback."""
+    proc, port = _serve(agent, "--request-timeout", "1")
+    try:
+        conns = []
+        started = time.monotonic()
+        for i in range(200):
+            conn = socket.create_connection(("127.0.0.1", port), timeout=30)
+            if i % 2:
+                conn.sendall(f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAcc".encode())
+            conns.append(conn)
+        assert get(port).status == 200
+        for conn in conns:
+            conn.settimeout(max(started + 1 + 8 - time.monotonic(), 0.1))
+            try:
+                assert conn.recv(65536) == b"", "a stalled request was answered"
+            except TimeoutError:
+                raise AssertionError("a stalled connection still open") from None
+            except ConnectionResetError:
+                pass
+            finally:
+                conn.close()
+        assert get(port).status == 200
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+        assert proc.stderr is not None
+        log = proc.stderr.read()
+        proc.stderr.close()
+    assert "Traceback" not in log, log
 
 
 def _auth_signals(port: int, path: str) -> None:

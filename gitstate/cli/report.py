@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..httpguard import REQUEST_SECONDS
 from .context import Ctx
 
 
@@ -48,9 +49,13 @@ def report(obj: Ctx, out: Path, fleet_root: Path | None) -> None:
               "name browsers use behind a proxy (repeatable).")
 @click.option("--allow-origin", multiple=True, help="A browser Origin to accept "
               "(repeatable).")
+@click.option("--request-timeout", type=click.FloatRange(0.1, 3600), default=REQUEST_SECONDS,
+              show_default=True, metavar="SECONDS", help="A request's head must arrive "
+              "within this of the connection's opening; a stalled one is closed.")
 @click.pass_obj
 def serve(obj: Ctx, host: str, port: int, token_env: str, token_file: Path | None,
-          allow_host: tuple[str, ...], allow_origin: tuple[str, ...]) -> None:
+          allow_host: tuple[str, ...], allow_origin: tuple[str, ...],
+          request_timeout: float) -> None:
     """Serve the report's pages live and read-only (GET and HEAD), built per request from
     the repository as it is now.
 
@@ -66,4 +71,5 @@ def serve(obj: Ctx, host: str, port: int, token_env: str, token_file: Path | Non
     obj.repo().close()  # fail fast, with the usual message, if not initialised
     serve_pages(obj.agent_dir, host, port, token,
                 ready=lambda url: click.echo(f"serving {url} (Ctrl-C stops)", err=True),
-                allow_hosts=allow_host, allow_origins=allow_origin, token_env=token_env)
+                allow_hosts=allow_host, allow_origins=allow_origin, token_env=token_env,
+                request_timeout=request_timeout)
