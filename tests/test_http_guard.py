@@ -274,4 +274,5 @@ def test_claude_code_over_http_with_and_without_the_header(mcp_server: HttpServe
     assert "Failed to connect" in listing["bare"] and "http.no_oauth" in listing["bare"], \
         listing
     assert "HTTP 401" not in listing["bare"], listing
-    assert "Connected" not in listing["wrong"], listing
+    assert "Connected" not in listing["wrong"] and "http.token_invalid" in listing["wrong"], \
+        listing
