@@ -7,6 +7,7 @@ local-first agent with a remote spends only when its policy allows offline spend
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ from gitstate import audit
 from gitstate.errors import GitStateError, Refused, StoreError
 from gitstate.repo import StateRepo
 from tests.helpers import GIT, free_port, run_cli
+from tests.hostile_git_server import git_daemon
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = """\
@@ -246,18 +248,28 @@ def test_two_processes_on_one_agent_race_to_spend(agent_dir: Path, tmp_path: Pat
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(GIT is None, reason="needs the git CLI for the bare remote")
-def test_two_clones_race_through_the_remote(tmp_path: Path) -> None:
-    bare = tmp_path / "remote.git"
+@pytest.mark.skipif(GIT is None, reason="needs the git CLI for the remote")
+@pytest.mark.parametrize("transport", ["path", "git daemon"])
+def test_two_clones_race_through_the_remote(tmp_path: Path, transport: str) -> None:
+    """The remote is a bare repository: as a path, or served by git daemon on loopback."""
+    (tmp_path / "srv").mkdir()
+    bare = tmp_path / "srv" / "remote.git"
     subprocess.run([GIT or "git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    with contextlib.ExitStack() as stack:
+        url = str(bare) if transport == "path" else \
+            f"git://127.0.0.1:{stack.enter_context(git_daemon(tmp_path / 'srv'))}/remote.git"
+        _race_clones(tmp_path, url)
+
+
+def _race_clones(tmp_path: Path, url: str) -> None:
     (tmp_path / "desk").mkdir()
     (tmp_path / "desk" / "config.toml").write_text("[gitstate]\n" + ROOMY)
     with StateRepo.init(tmp_path / "desk") as desk:
         desk.set_schema(SCHEMA, "refunds need an approval")
-        desk.store.set_remote_url(str(bare))
+        desk.store.set_remote_url(url)
         desk.push()
     for name in ("x", "y"):
-        StateRepo.clone(str(bare), tmp_path / name).close()
+        StateRepo.clone(url, tmp_path / name).close()
     for name in ("desk", "x", "y"):
         (tmp_path / name / "config.toml").write_text(
             '[gitstate]\nsync = "remote-first"\n' + ROOMY)
