@@ -1,9 +1,11 @@
 """Spending an approval before the call runs: ``with repo.spend_approval(...) as call:``
 enters only for the spend that won. Two real processes on one agent, and two clones of one
-agent in remote-first mode with a real (path) remote, race to spend each of 50 approvals:
-one tool body runs per approval, the loser is refused before its body, and the state names
-the winner. A body that raises leaves its outcome on main or in the run's ledger; a
-local-first agent with a remote spends only when its policy allows offline spends."""
+agent in remote-first mode with a real remote (a bare repository as a path, and behind git
+daemon on loopback), race to spend each of 50 approvals: one tool body runs per approval,
+the loser is refused before its body, and the state names the winner. A body that raises
+leaves its outcome on main or in the run's ledger; a local-first agent with a remote spends
+only when its policy allows offline spends; a decision is bound to the keys its policy
+names (void_if_changed)."""
 
 from __future__ import annotations
 
