@@ -248,7 +248,7 @@ def _side_ref_checks(repo: StateRepo) -> list[Check]:
 
 
 def _object_checks(repo: StateRepo, use_git: bool) -> list[Check]:
-    from .maintenance import last_failure, wait_idle
+    from .maintenance import wait_idle
 
     # packing moves objects from loose files into a pack: checking meanwhile would report
     # objects as missing that are only in flight
@@ -258,23 +258,11 @@ def _object_checks(repo: StateRepo, use_git: bool) -> list[Check]:
     checks = [Check("durability", True, f"{repo.durability} on {describe(repo.state_dir)} "
                     f"([gitstate] durability = {repo.config.durability}); "
                     f"{repo.store.pack_count()} packs", "")]
-    failure = last_failure(repo.state_dir / ".git")
-    checks.append(Check("maintenance", failure is None, f"the last packing run failed: {failure}"
-                        if failure else "", "run `gitstate gc` (state/.git/gitstate-gc.log has "
-                        "what the last automatic run printed)" if failure else ""))
+    checks.append(_maintenance_check(repo.state_dir))
     problems = repo.store.object_problems()
     checks.append(Check("objects", not problems, "; ".join(problems[:5]),
                         "restore the named objects from a mirror or backup" if problems else ""))
-    try:
-        config_text = safefile.read_regular(repo.state_dir / ".git" / "config",
-                                            1 << 20).decode("utf-8", "replace")
-        risky = gitcli.dangerous_settings(config_text)
-    except OSError as exc:
-        config_text, risky = "", [f"unreadable: {exc}"]
-    checks.append(Check("git-config", not risky, ", ".join(risky[:10]),
-                        "remove these settings from state/.git/config: each names a program "
-                        "git would run (gitstate's own git processes override them)"
-                        if risky else ""))
+    checks.append(_git_config_check(repo.state_dir))
     if use_git and gitcli.git_binary():
         out = gitcli.run(repo.state_dir, ["fsck", "--strict", "--no-dangling"], timeout=3600)
         bad = out.returncode != 0 or "error" in out.stderr.lower()
@@ -282,6 +270,31 @@ def _object_checks(repo: StateRepo, use_git: bool) -> list[Check]:
                             "restore the repository from a mirror; see the fsck output"
                             if bad else ""))
     return checks
+
+
+def _maintenance_check(state_dir: Path) -> Check:
+    from .maintenance import last_failure
+
+    failure = last_failure(state_dir / ".git")
+    return Check("maintenance", failure is None, f"the last packing run failed: {failure}"
+                 if failure else "", "run `gitstate gc` (state/.git/gitstate-gc.log has "
+                 "what the last automatic run printed)" if failure else "")
+
+
+def _git_config(state_dir: Path) -> str:
+    return safefile.read_regular(state_dir / ".git" / "config", 1 << 20).decode(
+        "utf-8", "replace")
+
+
+def _git_config_check(state_dir: Path) -> Check:
+    try:
+        risky = gitcli.dangerous_settings(_git_config(state_dir))
+    except OSError as exc:
+        risky = [f"unreadable: {exc}"]
+    return Check("git-config", not risky, ", ".join(risky[:10]),
+                 "remove these settings from state/.git/config: each names a program "
+                 "git would run (gitstate's own git processes override them)"
+                 if risky else "")
 
 
 def _snapshot(repo: StateRepo) -> tuple[str, Mark, WorktreeStatus]:
@@ -337,11 +350,21 @@ def _history_checks(repo: StateRepo, head: str, mark: Mark,
         "" if replay_ok else "HEAD's state was changed without matching trailers; find the "
         "commit with `gitstate log` and revert it"))
 
-    stray = stray_files(repo.state_dir)
-    checks.append(Check("stray-files", not stray, ", ".join(stray[:10]),
-                        "files gitstate neither wrote nor reads sit in the state directory "
-                        "(a plain git tool might read them, e.g. a .gitconfig): remove them"
-                        if stray else ""))
+    checks += _tail_checks(repo, head, mark, status)
+    expected = [record(c) for c in walk]
+    actual = repo.projection.all(mark.end)
+    same = actual == expected
+    detail = "" if same else (f"{len(actual)} lines for {len(expected)} commits"
+                              if len(actual) != len(expected) else "lines differ from the log")
+    checks.append(Check("projection", same, detail,
+                        "" if same else "`gitstate history --rebuild`"))
+    return checks
+
+
+def _tail_checks(repo: StateRepo, head: str, mark: Mark,
+                 status: WorktreeStatus) -> list[Check]:
+    """The checks that read no history: stray files, the working tree, a rewritten tip."""
+    checks = [_stray_check(repo.state_dir)]
     checks.append(Check(
         "worktree", status.clean,
         "" if status.clean else ("hand-edited: " + ", ".join(
@@ -360,14 +383,27 @@ def _history_checks(repo: StateRepo, head: str, mark: Mark,
                         "the branch was reset or force-moved outside gitstate; compare with "
                         "`git reflog` and a mirror, then `gitstate history --rebuild` to accept"
                         if rewritten else ""))
-    expected = [record(c) for c in walk]
-    actual = repo.projection.all(mark.end)
-    same = actual == expected
-    detail = "" if same else (f"{len(actual)} lines for {len(expected)} commits"
-                              if len(actual) != len(expected) else "lines differ from the log")
-    checks.append(Check("projection", same, detail,
-                        "" if same else "`gitstate history --rebuild`"))
     return checks
+
+
+def _stray_check(state_dir: Path) -> Check:
+    stray = stray_files(state_dir)
+    return Check("stray-files", not stray, ", ".join(stray[:10]),
+                 "files gitstate neither wrote nor reads sit in the state directory "
+                 "(a plain git tool might read them, e.g. a .gitconfig): remove them"
+                 if stray else "")
+
+
+def quick_checks(repo: StateRepo) -> list[Check]:
+    """verify's checks whose cost does not grow with the history or the objects: the
+    packing run, git's config, stray files, the working tree and a rewritten tip (fleet's
+    default; ``verify`` runs them all)."""
+    try:
+        return [_maintenance_check(repo.state_dir), _git_config_check(repo.state_dir),
+                *_tail_checks(repo, *_snapshot(repo))]
+    except StoreError as exc:
+        return [Check("history-readable", False, exc.message,
+                      "restore the damaged objects from a mirror")]
 
 
 def _reason(message: bytes) -> str:
@@ -377,33 +413,98 @@ def _reason(message: bytes) -> str:
         return message.decode("utf-8", "replace").strip()
 
 
-def fleet(root: Path, expiring_hours: float = 4.0,
-          progress: Any = None) -> list[dict[str, Any]]:
-    """One row per agent directory under ``root`` (directories holding state/.git)."""
-    from .repo import StateRepo
+def agent_dirs(root: Path) -> list[Path]:
+    """The agent directories under ``root`` (each holds state/.git), sorted. The walk never
+    enters a .git directory nor an agent's state/, and follows no symbolic link, so its
+    cost grows with the directories around the agents, not with their histories."""
+    import os
 
-    agents = sorted({p.parent.parent for p in root.glob("**/state/.git")})
+    found = []
+    for folder, subdirs, _ in os.walk(root):
+        if os.path.isdir(os.path.join(folder, "state", ".git")):
+            found.append(Path(folder))
+            subdirs[:] = [d for d in subdirs if d not in (".git", "state")]
+        else:
+            subdirs[:] = [d for d in subdirs if d != ".git"]
+    return sorted(found)
+
+
+def fleet(root: Path, expiring_hours: float = 4.0, progress: Any = None,
+          full: bool = True) -> list[dict[str, Any]]:
+    """One row per agent directory under ``root`` (:func:`agent_dirs`). ``full``: every
+    verify check (reads each agent's every object and commit); else :func:`quick_checks`,
+    whose cost per agent does not grow with its history."""
+
+    agents = agent_dirs(root)
     rows = []
     for agent in (progress(agents) if progress else agents):
         row: dict[str, Any] = {"agent": str(agent.relative_to(root))}
         try:
-            with StateRepo(agent) as repo:
-                now = repo.now()
-                live = repo.state().live(now)
-                last = repo.history(1)[0]
-                soon = format_time(datetime.fromtimestamp(
-                    now.timestamp() + expiring_hours * 3600, UTC))
-                st = repo.sync_status()
-                failed = [c.name for c in verify(repo, use_git=False) if not c.ok]
-                row.update({
-                    "live_keys": len(live),
-                    "last_change": {"time": last["time"], "actor": last["actor"],
-                                    "reason": last["reason"].splitlines()[0]},
-                    "expiring": sorted(k for k, e in live.items()
-                                       if e.expires_at and e.expires_at <= soon),
-                    "verify": "ok" if not failed else "FAIL " + ",".join(failed),
-                    "ahead": st.ahead, "behind": st.behind, "remote": st.remote_url})
+            fast = None if full else _fleet_row_fast(agent, expiring_hours)
+            row.update(fast if fast is not None else _fleet_row(agent, expiring_hours, full))
         except GitStateError as exc:
             row.update({"error": f"[{exc.rule}] {exc.message}"})
         rows.append(row)
     return rows
+
+
+def _fleet_row(agent: Path, expiring_hours: float, full: bool) -> dict[str, Any]:
+    from .repo import StateRepo
+
+    with StateRepo(agent) as repo:
+        now = repo.now()
+        st = repo.sync_status()
+        checks = verify(repo, use_git=False) if full else quick_checks(repo)
+        return _row(repo.state().live(now), repo.history(1)[0], now, expiring_hours, checks,
+                    st.ahead, st.behind, st.remote_url, full)
+
+
+def _row(live: dict[str, Any], last: ChangeRecord, now: datetime, expiring_hours: float,
+         checks: list[Check], ahead: int | None, behind: int, remote: str | None,
+         full: bool) -> dict[str, Any]:
+    soon = format_time(datetime.fromtimestamp(now.timestamp() + expiring_hours * 3600, UTC))
+    failed = [c.name for c in checks if not c.ok]
+    return {"live_keys": len(live),
+            "last_change": {"time": last["time"], "actor": last["actor"],
+                            "reason": last["reason"].splitlines()[0]},
+            "expiring": sorted(k for k, e in live.items()
+                               if e.expires_at and e.expires_at <= soon),
+            "verify": "ok" if not failed else "FAIL " + ",".join(failed),
+            "checks": "all" if full else "quick",
+            "ahead": ahead, "behind": behind, "remote": remote}
+
+
+def _fleet_row_fast(agent: Path, expiring_hours: float) -> dict[str, Any] | None:
+    """The quick row from plain files, read as a wake-up reads the state, when they prove
+    it exact: the stamp names HEAD and the working file is its blob (the working tree check
+    holds), the projection's newest line is HEAD (nothing to catch up, no rewritten tip),
+    and the remote, if any, was last seen at HEAD (0 ahead, 0 behind). None: anything else,
+    for :func:`_fleet_row` to open the repository (dulwich costs about 1.5 ms an agent, most
+    of a fleet's time)."""
+    from .config import load_config
+    from .fastpath import head_and_state_fast, read_ref
+    from .layout import REMOTE_REF, STATE_DIR
+    from .projection import Projection
+
+    load_config(agent)  # a broken config.toml is the row's error, as on the slow path
+    state_dir = agent / STATE_DIR
+    fast = head_and_state_fast(state_dir)
+    projection = Projection(state_dir)
+    if fast is None or projection.last_commit() != fast[1]:
+        return None
+    (state, head), last = fast, projection.tail(1)
+    try:
+        config_text = _git_config(state_dir)
+    except OSError:
+        return None
+    urls = [v for sec, sub, key, v in gitcli.config_entries(config_text)
+            if (sec, sub, key) == ("remote", "origin", "url")]
+    seen = read_ref(str(state_dir / ".git"), REMOTE_REF)
+    if len(urls) > 1 or any(c in "".join(urls) for c in "\\\"") or \
+            (seen is not None and seen != head) or not last:
+        return None  # a url only git's own parser reads right, or commits to count
+    checks = [_maintenance_check(state_dir), _git_config_check(state_dir),
+              _stray_check(state_dir)]
+    now = datetime.now(UTC).replace(microsecond=0)
+    return _row(state.live(now), last[0], now, expiring_hours, checks,
+                None if not urls else 0, 0, urls[0] if urls else None, False)

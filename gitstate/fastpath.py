@@ -19,6 +19,8 @@ from .config import Config, load_config, resolve_tz
 from .layout import (
     BRANCH,
     SCHEMA_CACHE_FILE,
+    SCHEMA_FILE,
+    SCHEMA_MAX_BYTES,
     STAMP_FILE,
     STATE_DIR,
     STATE_MAX_BYTES,
@@ -47,9 +49,9 @@ def _read(path: str, limit: int = 64 << 10) -> bytes:
     return read_regular(path, limit)
 
 
-def read_ref(git_dir: str) -> str | None:
+def read_ref(git_dir: str, name: str = BRANCH) -> str | None:
     try:
-        return _read(os.path.join(git_dir, BRANCH), 256).decode("ascii").strip()
+        return _read(os.path.join(git_dir, name), 256).decode("ascii").strip()
     except FileNotFoundError:
         pass
     except (OSError, UnicodeDecodeError):
@@ -59,8 +61,8 @@ def read_ref(git_dir: str) -> str | None:
     except (OSError, UnicodeDecodeError):
         return None
     for line in packed.splitlines():
-        sha, _, name = line.partition(" ")
-        if name == BRANCH:
+        sha, _, name_ = line.partition(" ")
+        if name_ == name:
             return sha
     return None
 
@@ -69,6 +71,24 @@ def head_state_fast(state_dir: str | os.PathLike[str]) -> State | None:
     """HEAD's state read from the working tree when the stamp proves they are equal."""
     fast = _head_fast(state_dir)
     return fast[0] if fast else None
+
+
+def head_and_state_fast(state_dir: str | os.PathLike[str]) -> tuple[State, str] | None:
+    """HEAD's state and HEAD, when the stamp proves both working files are HEAD's
+    (working_state.json, and schema.yaml or its absence)."""
+    fast = _head_fast(state_dir)
+    if fast is None:
+        return None
+    state, compiled, head = fast
+    try:
+        data: bytes | None = _read(os.path.join(state_dir, SCHEMA_FILE), SCHEMA_MAX_BYTES)
+    except FileNotFoundError:
+        data = None
+    except OSError:
+        return None
+    blob = None if data is None else sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    return (state, head) if blob == (None if compiled is None else compiled["blob"]) \
+        else None
 
 
 def _head_fast(state_dir: str | os.PathLike[str]

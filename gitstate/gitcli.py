@@ -103,9 +103,9 @@ def run(repo: Path, args: Sequence[str], *, timeout: float = 3600,
                               timeout=timeout, check=check, stdin=subprocess.DEVNULL)
 
 
-def dangerous_settings(config_text: str) -> list[str]:
-    """The program-running settings a git config file sets, as ``section[.sub].name``."""
-    found: list[str] = []
+def config_entries(config_text: str) -> Iterator[tuple[str, str | None, str, str]]:
+    """A git config file's settings as (section, subsection or None, key, raw value), the
+    section and key in lower case, in file order."""
     section, sub = "", None
     for raw in config_text.splitlines():
         line = raw.strip()
@@ -118,7 +118,14 @@ def dangerous_settings(config_text: str) -> list[str]:
                 name, _, rest = name.partition(".")
             section, sub = name.lower(), (rest.strip().strip('"') or None)
             continue
-        key = line.split("=", 1)[0].strip().lower()
+        key, _, value = line.partition("=")
+        yield section, sub, key.strip().lower(), value.strip()
+
+
+def dangerous_settings(config_text: str) -> list[str]:
+    """The program-running settings a git config file sets, as ``section[.sub].name``."""
+    found: list[str] = []
+    for section, sub, key, _ in config_entries(config_text):
         for want_section, want_sub, want_key in DANGEROUS:
             if want_section == section and want_key in ("*", key) and \
                     ((want_sub == "*" and sub is not None) or (want_sub is None and sub is None)):

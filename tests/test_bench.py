@@ -63,6 +63,13 @@ def test_spend_bench_quick() -> None:
     assert "spend_approval, local" in text and "remote-first via git daemon" in text
 
 
+def test_fleet_bench_quick() -> None:
+    """fleet.py --quick times `gitstate fleet` at three nested fleet sizes."""
+    text = _run("fleet.py")
+    assert "fleet() ms/agent" in text and len([line for line in text.splitlines()
+                                               if line.strip()[:1].isdigit()]) == 3
+
+
 def test_wire_memory_bench_quick() -> None:
     """wire_memory.py --quick prints each pull's peak memory against the baseline's."""
     text = _run("wire_memory.py")

@@ -164,13 +164,21 @@ def verify_push(old: str, new: str, ref: str, git_dir: Path) -> None:
 @click.argument("root", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("--expiring-hours", type=float, default=4.0, show_default=True,
               help="List live keys that expire within this many hours.")
+@click.option("--verify", "full", is_flag=True, help="Run every `gitstate verify` check in "
+              "each agent (reads all its objects and history; slower) instead of the quick "
+              "ones.")
 @json_option
-def fleet(root: Path, expiring_hours: float, as_json: bool) -> None:
-    """One row per agent directory under ROOT: keys, last change, expiring keys, verify,
+def fleet(root: Path, expiring_hours: float, full: bool, as_json: bool) -> None:
+    """One row per agent directory under ROOT: keys, last change, expiring keys, checks,
     ahead/behind the remote (or "no remote").
+
+    The checks are verify's quick ones (packing, git config, stray files, working tree, a
+    rewritten tip), whose cost does not grow with an agent's history; --verify runs them
+    all. The walk under ROOT enters no .git directory and no agent's state/.
 
     \b
     gitstate fleet ~/agents --expiring-hours 2
+    gitstate fleet ~/agents --verify --json
 
     Exit 1 (fleet.empty) when ROOT holds no agent directory.
     """
@@ -189,7 +197,7 @@ def fleet(root: Path, expiring_hours: float, as_json: bool) -> None:
         with bar as it:
             yield from it
 
-    rows = do_fleet(root, expiring_hours, progress=wrapped)
+    rows = do_fleet(root, expiring_hours, progress=wrapped, full=full)
     if not rows:
         raise Refused(f"no agent directory under {root} (an agent directory holds "
                       "state/.git): give the directory that holds the agents' directories",
@@ -204,5 +212,5 @@ def fleet(root: Path, expiring_hours: float, as_json: bool) -> None:
         last = r["last_change"]
         click.echo(f"{r['agent']}: {r['live_keys']} live keys; last {last['time']} "
                    f"{last['actor']}: {last['reason'][:60]}; expiring: "
-                   f"{', '.join(r['expiring']) or '-'}; verify {r['verify']}; "
+                   f"{', '.join(r['expiring']) or '-'}; {r['checks']} checks {r['verify']}; "
                    + _against_remote({**r, "remote_url": r["remote"]}))
