@@ -8,7 +8,7 @@ while building only), nested so that each larger fleet holds the smaller one: th
 directory holds 900 agents and the 100 directory, which holds 90 and the 10 directory. Each
 fleet is then timed as a user runs it, `gitstate fleet ROOT --json` in a fresh process (the
 best of three; about 0.25 s of it is starting Python and importing), and in this process,
-``audit.fleet`` alone, whose per-agent figure is the one to compare: flat means discovery
+``fleet.fleet`` alone, whose per-agent figure is the one to compare: flat means discovery
 and the per-agent work do not grow with the fleet.
 """
 
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gitstate.audit import fleet
+from gitstate.fleet import fleet
 from gitstate.repo import StateRepo
 
 

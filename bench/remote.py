@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gitstate.audit import fleet
+from gitstate.fleet import fleet
 from gitstate.repo import StateRepo
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import gitcli, safefile
-from .errors import GitStateError, HistoryRewritten, LockTimeout, StoreError, UsageError
+from .errors import HistoryRewritten, LockTimeout, StoreError, UsageError
 from .layout import stray_files
-from .model import STATE_FILE, Handoff, State, format_time, parse_time
+from .model import STATE_FILE, Handoff, State, parse_time
 from .projection import ChangeRecord, Mark, record
 from .replay import ReplayError, apply_change
 from .trailers import NotAGitstateCommit, parse_message
@@ -258,11 +258,11 @@ def _object_checks(repo: StateRepo, use_git: bool) -> list[Check]:
     checks = [Check("durability", True, f"{repo.durability} on {describe(repo.state_dir)} "
                     f"([gitstate] durability = {repo.config.durability}); "
                     f"{repo.store.pack_count()} packs", "")]
-    checks.append(_maintenance_check(repo.state_dir))
+    checks.append(maintenance_check(repo.state_dir))
     problems = repo.store.object_problems()
     checks.append(Check("objects", not problems, "; ".join(problems[:5]),
                         "restore the named objects from a mirror or backup" if problems else ""))
-    checks.append(_git_config_check(repo.state_dir))
+    checks.append(git_config_check(repo.state_dir))
     if use_git and gitcli.git_binary():
         out = gitcli.run(repo.state_dir, ["fsck", "--strict", "--no-dangling"], timeout=3600)
         bad = out.returncode != 0 or "error" in out.stderr.lower()
@@ -272,7 +272,7 @@ def _object_checks(repo: StateRepo, use_git: bool) -> list[Check]:
     return checks
 
 
-def _maintenance_check(state_dir: Path) -> Check:
+def maintenance_check(state_dir: Path) -> Check:
     from .maintenance import last_failure
 
     failure = last_failure(state_dir / ".git")
@@ -281,14 +281,15 @@ def _maintenance_check(state_dir: Path) -> Check:
                  "what the last automatic run printed)" if failure else "")
 
 
-def _git_config(state_dir: Path) -> str:
+def git_config_text(state_dir: Path) -> str:
+    """state/.git/config as text (OSError when it cannot be read as a plain file)."""
     return safefile.read_regular(state_dir / ".git" / "config", 1 << 20).decode(
         "utf-8", "replace")
 
 
-def _git_config_check(state_dir: Path) -> Check:
+def git_config_check(state_dir: Path) -> Check:
     try:
-        risky = gitcli.dangerous_settings(_git_config(state_dir))
+        risky = gitcli.dangerous_settings(git_config_text(state_dir))
     except OSError as exc:
         risky = [f"unreadable: {exc}"]
     return Check("git-config", not risky, ", ".join(risky[:10]),
@@ -364,7 +365,7 @@ def _history_checks(repo: StateRepo, head: str, mark: Mark,
 def _tail_checks(repo: StateRepo, head: str, mark: Mark,
                  status: WorktreeStatus) -> list[Check]:
     """The checks that read no history: stray files, the working tree, a rewritten tip."""
-    checks = [_stray_check(repo.state_dir)]
+    checks = [stray_check(repo.state_dir)]
     checks.append(Check(
         "worktree", status.clean,
         "" if status.clean else ("hand-edited: " + ", ".join(
@@ -386,7 +387,7 @@ def _tail_checks(repo: StateRepo, head: str, mark: Mark,
     return checks
 
 
-def _stray_check(state_dir: Path) -> Check:
+def stray_check(state_dir: Path) -> Check:
     stray = stray_files(state_dir)
     return Check("stray-files", not stray, ", ".join(stray[:10]),
                  "files gitstate neither wrote nor reads sit in the state directory "
@@ -399,7 +400,7 @@ def quick_checks(repo: StateRepo) -> list[Check]:
     packing run, git's config, stray files, the working tree and a rewritten tip (fleet's
     default; ``verify`` runs them all)."""
     try:
-        return [_maintenance_check(repo.state_dir), _git_config_check(repo.state_dir),
+        return [maintenance_check(repo.state_dir), git_config_check(repo.state_dir),
                 *_tail_checks(repo, *_snapshot(repo))]
     except StoreError as exc:
         return [Check("history-readable", False, exc.message,
@@ -411,100 +412,3 @@ def _reason(message: bytes) -> str:
         return parse_message(message).reason.strip()
     except NotAGitstateCommit:
         return message.decode("utf-8", "replace").strip()
-
-
-def agent_dirs(root: Path) -> list[Path]:
-    """The agent directories under ``root`` (each holds state/.git), sorted. The walk never
-    enters a .git directory nor an agent's state/, and follows no symbolic link, so its
-    cost grows with the directories around the agents, not with their histories."""
-    import os
-
-    found = []
-    for folder, subdirs, _ in os.walk(root):
-        if os.path.isdir(os.path.join(folder, "state", ".git")):
-            found.append(Path(folder))
-            subdirs[:] = [d for d in subdirs if d not in (".git", "state")]
-        else:
-            subdirs[:] = [d for d in subdirs if d != ".git"]
-    return sorted(found)
-
-
-def fleet(root: Path, expiring_hours: float = 4.0, progress: Any = None,
-          full: bool = True) -> list[dict[str, Any]]:
-    """One row per agent directory under ``root`` (:func:`agent_dirs`). ``full``: every
-    verify check (reads each agent's every object and commit); else :func:`quick_checks`,
-    whose cost per agent does not grow with its history."""
-
-    agents = agent_dirs(root)
-    rows = []
-    for agent in (progress(agents) if progress else agents):
-        row: dict[str, Any] = {"agent": str(agent.relative_to(root))}
-        try:
-            fast = None if full else _fleet_row_fast(agent, expiring_hours)
-            row.update(fast if fast is not None else _fleet_row(agent, expiring_hours, full))
-        except GitStateError as exc:
-            row.update({"error": f"[{exc.rule}] {exc.message}"})
-        rows.append(row)
-    return rows
-
-
-def _fleet_row(agent: Path, expiring_hours: float, full: bool) -> dict[str, Any]:
-    from .repo import StateRepo
-
-    with StateRepo(agent) as repo:
-        now = repo.now()
-        st = repo.sync_status()
-        checks = verify(repo, use_git=False) if full else quick_checks(repo)
-        return _row(repo.state().live(now), repo.history(1)[0], now, expiring_hours, checks,
-                    st.ahead, st.behind, st.remote_url, full)
-
-
-def _row(live: dict[str, Any], last: ChangeRecord, now: datetime, expiring_hours: float,
-         checks: list[Check], ahead: int | None, behind: int, remote: str | None,
-         full: bool) -> dict[str, Any]:
-    soon = format_time(datetime.fromtimestamp(now.timestamp() + expiring_hours * 3600, UTC))
-    failed = [c.name for c in checks if not c.ok]
-    return {"live_keys": len(live),
-            "last_change": {"time": last["time"], "actor": last["actor"],
-                            "reason": last["reason"].splitlines()[0]},
-            "expiring": sorted(k for k, e in live.items()
-                               if e.expires_at and e.expires_at <= soon),
-            "verify": "ok" if not failed else "FAIL " + ",".join(failed),
-            "checks": "all" if full else "quick",
-            "ahead": ahead, "behind": behind, "remote": remote}
-
-
-def _fleet_row_fast(agent: Path, expiring_hours: float) -> dict[str, Any] | None:
-    """The quick row from plain files, read as a wake-up reads the state, when they prove
-    it exact: the stamp names HEAD and the working file is its blob (the working tree check
-    holds), the projection's newest line is HEAD (nothing to catch up, no rewritten tip),
-    and the remote, if any, was last seen at HEAD (0 ahead, 0 behind). None: anything else,
-    for :func:`_fleet_row` to open the repository (dulwich costs about 1.5 ms an agent, most
-    of a fleet's time)."""
-    from .config import load_config
-    from .fastpath import head_and_state_fast, read_ref
-    from .layout import REMOTE_REF, STATE_DIR
-    from .projection import Projection
-
-    load_config(agent)  # a broken config.toml is the row's error, as on the slow path
-    state_dir = agent / STATE_DIR
-    fast = head_and_state_fast(state_dir)
-    projection = Projection(state_dir)
-    if fast is None or projection.last_commit() != fast[1]:
-        return None
-    (state, head), last = fast, projection.tail(1)
-    try:
-        config_text = _git_config(state_dir)
-    except OSError:
-        return None
-    urls = [v for sec, sub, key, v in gitcli.config_entries(config_text)
-            if (sec, sub, key) == ("remote", "origin", "url")]
-    seen = read_ref(str(state_dir / ".git"), REMOTE_REF)
-    if len(urls) > 1 or any(c in "".join(urls) for c in "\\\"") or \
-            (seen is not None and seen != head) or not last:
-        return None  # a url only git's own parser reads right, or commits to count
-    checks = [_maintenance_check(state_dir), _git_config_check(state_dir),
-              _stray_check(state_dir)]
-    now = datetime.now(UTC).replace(microsecond=0)
-    return _row(state.live(now), last[0], now, expiring_hours, checks,
-                None if not urls else 0, 0, urls[0] if urls else None, False)

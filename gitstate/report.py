@@ -60,7 +60,7 @@ def write_report(repo: StateRepo, out: Path, name: str,
 
 def write_fleet(root: Path, out: Path, progress: Progress | None = None) -> int:
     """A site per agent under ``root`` and an index over them; returns the page count."""
-    from .audit import fleet
+    from .fleet import fleet
     from .repo import StateRepo
 
     rows = fleet(root)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gitstate.audit import _fleet_row, agent_dirs, fleet
+from gitstate.fleet import agent_dirs, fleet, opened_row
 from gitstate.repo import StateRepo
 from tests.helpers import run_cli
 
@@ -51,7 +51,7 @@ def test_quick_rows_equal_the_opened_repository_and_need_no_dulwich(tmp_path: Pa
     assert run_cli("schema", "set", str(tmp_path / "schema.yaml"), "-r", "s",
                    agent_dir=root / "typed").returncode == 0
     quick = {r["agent"]: r for r in fleet(root, full=False)}
-    opened = {a.name: {"agent": a.name, **_fleet_row(a, 4.0, False)} for a in agent_dirs(root)}
+    opened = {a.name: {"agent": a.name, **opened_row(a, 4.0, False)} for a in agent_dirs(root)}
     assert quick == opened
     assert quick["synced"]["ahead"] == 0 and quick["ahead"]["ahead"] == 1
     assert quick["lone"]["remote"] is None and quick["synced"]["remote"] == str(tmp_path / "synced.git")
@@ -59,7 +59,7 @@ def test_quick_rows_equal_the_opened_repository_and_need_no_dulwich(tmp_path: Pa
     assert quick["typed"]["verify"] == "ok" and quick["lone"]["expiring"] == ["stop"]
     for name in ("ahead", "edited"):
         (root / name).rename(tmp_path / name)  # leave only the agents the quick row reads
-    code = ("import sys; from pathlib import Path; from gitstate.audit import fleet; "
+    code = ("import sys; from pathlib import Path; from gitstate.fleet import fleet; "
             f"rows = fleet(Path({str(root)!r}), full=False); "
             "print(len(rows), 'dulwich' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

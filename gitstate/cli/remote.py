@@ -182,7 +182,7 @@ def fleet(root: Path, expiring_hours: float, full: bool, as_json: bool) -> None:
 
     Exit 1 (fleet.empty) when ROOT holds no agent directory.
     """
-    from ..audit import fleet as do_fleet
+    from ..fleet import fleet as do_fleet
 
     def progress(items: list[Path]) -> Any:
         if len(items) < 10 or not sys.stderr.isatty():
