@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from gitstate import audit
-from gitstate.fleet import fleet
 from gitstate.errors import CasMismatch, Refused, StoreError
+from gitstate.fleet import fleet
 from gitstate.repo import StateRepo
 from tests.helpers import GIT, free_port, git, install_pre_receive, run_cli
 
