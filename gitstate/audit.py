@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 from . import gitcli, safefile
 from .errors import HistoryRewritten, LockTimeout, StoreError, UsageError
 from .layout import stray_files
-from .model import STATE_FILE, Handoff, State, parse_time
+from .model import (
+    STATE_FILE,
+    Handoff,
+    State,
+    format_time,
+    local_text,
+    parse_given_time,
+    parse_time,
+)
 from .projection import ChangeRecord, Mark, record
 from .replay import ReplayError, apply_change
 from .trailers import NotAGitstateCommit, parse_message
@@ -79,17 +87,23 @@ def commit_at(repo: StateRepo, moment: datetime) -> str:
     for rec in repo.history_iter():
         if parse_time(rec["time"]) <= stamp:
             return str(rec["commit"])
-    raise UsageError(f"no state existed yet at {moment.isoformat()}", rule="usage.at")
+    from .config import resolve_tz
+
+    raise UsageError(f"no state existed yet at "
+                     f"{local_text(format_time(moment), resolve_tz(repo.config.timezone))}",
+                     rule="usage.at")
 
 
 def resolve_at(repo: StateRepo, at: str) -> tuple[str, datetime]:
-    """``--at TIME|REV``: the commit and the moment to evaluate expiry at."""
+    """``--at TIME|REV``: the commit and the moment to evaluate expiry at. A time without an
+    offset is in the agent's zone (``model.parse_given_time``)."""
+    from .config import resolve_tz
+
     try:
-        moment = parse_time(at)
-    except ValueError as exc:
+        moment = parse_given_time(at, resolve_tz(repo.config.timezone), "--at", "usage.at")
+    except UsageError:
         if re.match(r"[0-9]{4}-[0-9]{2}", at.strip()):  # meant as a time, not a revision
-            raise UsageError(f"--at {at!r} is not a usable time: {exc}",
-                             rule="usage.at") from None
+            raise
         commit = resolve(repo, at)
         return commit, datetime.fromtimestamp(repo.store.commit_info(commit).time, UTC)
     return commit_at(repo, moment), moment

@@ -350,15 +350,6 @@ def _ours(exc: Exception) -> TypeGuard[GitStateError]:
 
 
 def run_fast(command: str, agent_dir: str, opts: dict[str, str]) -> int:
-    now = None
-    if "now" in opts:
-        try:
-            from .model import parse_time
-
-            now = parse_time(opts["now"])
-        except ValueError:
-            sys.stderr.write(f"gitstate: error: --now {opts['now']!r} is not an ISO 8601 time\n")
-            return 2
     budget = config = None
     if command == "hook":
         try:  # a hook's budget: the runtime's own limit, never more than config.toml's
@@ -373,9 +364,13 @@ def run_fast(command: str, agent_dir: str, opts: dict[str, str]) -> int:
         if opts["runtime"] == "claude-code":
             budget = min(budget or CLAUDE_CODE_MAX_CHARS, CLAUDE_CODE_MAX_CHARS)
     run_id = opts.get("run") or (os.environ.get("GITSTATE_RUN") if command == "hook" else None)
-    moment = now or datetime.now(UTC)
     try:
         config = config or load_config(agent_dir)
+        moment = datetime.now(UTC)
+        if "now" in opts:  # a time without an offset is in the agent's zone
+            from .model import parse_given_time
+
+            moment = parse_given_time(opts["now"], resolve_tz(config.timezone), "--now")
         locale = opts.get("locale") or config.locale
         block, run_head = ("", None) if not run_id else run_block(
             agent_dir, run_id, locale=locale, now=moment, config=config)

@@ -12,7 +12,7 @@ import json
 
 from .layout import HISTORY_FILE as HISTORY_FILE  # re-exported for callers
 from .layout import STATE_FILE as STATE_FILE
-from .timebase import UTC, datetime
+from .timebase import UTC, datetime, tzinfo
 
 TYPE_CHECKING = False  # not `from typing import`: typing costs ~3 ms per wake-up
 
@@ -65,6 +65,39 @@ def parse_time(text: str) -> datetime:
 
 
 _PARSED: dict[str, datetime] = {}
+
+
+def parse_given_time(text: str, zone: tzinfo, option: str, rule: str = "usage.now") -> datetime:
+    """A time a person gave (every time option of the CLI): ISO 8601, where a time without
+    an offset is a wall-clock time in ``zone``, the agent's zone (``config.resolve_tz``: its
+    [gitstate] timezone, else the machine's); a wall-clock time that a clock change makes
+    ambiguous is its first occurrence. Returned in UTC. Anything else is a UsageError naming
+    ``option``, with ``rule``."""
+    try:
+        full = text.strip()
+        moment = datetime.fromisoformat(full.replace("Z", "+00:00")) if len(full) <= 64 \
+            else None
+        if moment is not None and moment.tzinfo is None:
+            full = moment.replace(tzinfo=zone).isoformat()
+        return parse_time(full)
+    except (ValueError, OverflowError) as exc:
+        from .errors import UsageError
+
+        why = "only years 1970 to 8999" if "years" in str(exc) or "range" in str(exc) \
+            else "not an ISO 8601 time"
+        raise UsageError(f"{option} {text[:40]!r}: {why} (e.g. 2026-08-13T09:04, in the "
+                         "agent's time zone, or 2026-08-13T09:04+08:00)", rule=rule) from None
+
+
+def local_text(stamp: str | None, zone: tzinfo) -> str:
+    """A stored time (UTC, ``...Z``) as the CLI prints it for a person: in ``zone``, with its
+    offset (``2026-08-13T11:03:00+08:00``). Text that is no time is returned as it is."""
+    if not stamp:
+        return ""
+    try:
+        return parse_time(stamp).astimezone(zone).isoformat()
+    except ValueError:
+        return stamp
 
 
 def canonical_text(value: Value | None) -> str:

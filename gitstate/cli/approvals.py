@@ -27,8 +27,8 @@ def approvals(obj: Ctx, show_all: bool, as_json: bool) -> None:
     if not show_all:
         items = [a for a in items if a["status"] == "pending" and not a["expired"]]
     lines = [f"{a['id']}  {a['status']:<9} {a['tool']}({_args(a['args'])})  requested by "
-             f"{a['requested_by']} at {a['set_at']}"
-             + (f"; expires {a['expires_at']}" if a["expires_at"] else "")
+             f"{a['requested_by']} at {obj.when(a['set_at'])}"
+             + (f"; expires {obj.when(a['expires_at'])}" if a["expires_at"] else "")
              + (f"; spent by {a['consumed_by']}" if a.get("consumed_by") else "")
              + (f"; the call failed: {a.get('error')}" if a.get("outcome") == "failed" else "")
              + (" (expired)" if a["expired"] else "") for a in items]
@@ -55,7 +55,7 @@ def _decide(approve: bool) -> click.Command:
                as_json: bool) -> None:
         with obj.repo() as repo:
             method = repo.approve if approve else repo.deny
-            finish(method(approval_id, reason, request_id=request_id), as_json)
+            finish(obj, method(approval_id, reason, request_id=request_id), as_json)
 
     decide.help = (f"{verb.capitalize()} the pending approval APPROVAL_ID (one commit; only "
                    "a writer its schema policy names, human by default).")

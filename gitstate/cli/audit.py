@@ -3,6 +3,7 @@ history, gc. The audit module (and the repository) load when a command runs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,16 +11,18 @@ import click
 
 from .. import textsafe
 from ..errors import Refused
-from .context import Ctx, did_you_mean, emit, json_option, parse_now, shown, value_text
+from .context import Ctx, did_you_mean, emit, json_option, shown, time_help, value_text
+
+When = Callable[[str | None], str]
 
 
-def _log_line(rec: dict[str, Any]) -> str:
+def _log_line(rec: dict[str, Any], when: When) -> str:
     op, key = rec["op"], rec.get("key")
     if op in ("set", "clear") and key:
         new = value_text(rec["new"]) if op == "set" else "(cleared)"
         change = f"{key}: {value_text(rec['old'])} -> {new}"
         if rec.get("expires_at"):
-            change += f" (expires {rec['expires_at']})"
+            change += f" (expires {when(rec['expires_at'])})"
     elif op == "handoff":
         change = "handoff"
     elif op == "adopt":
@@ -28,13 +31,14 @@ def _log_line(rec: dict[str, Any]) -> str:
         change = op
     reverts = f" [reverts {rec['reverts'][:12]}]" if rec.get("reverts") else ""
     first = (rec.get("reason") or "").splitlines()[0] if rec.get("reason") else ""
-    return f"{rec['time']}  {rec['commit'][:12]}  {change}{reverts}  by {rec['actor']}: {first}"
+    return (f"{when(rec['time'])}  {rec['commit'][:12]}  {change}{reverts}  by {rec['actor']}: "
+            f"{first}")
 
 
 @click.command()
 @click.option("--key", help="Only changes of this key.")
 @click.option("-n", "limit", type=click.IntRange(1), help="At most N changes.")
-@click.option("--since", help="Only changes at or after this ISO 8601 time.")
+@click.option("--since", help=time_help("Only changes at or after this ISO 8601 time."))
 @click.option("--thread", help="A LangGraph checkpoint thread's commits instead "
               "(gitstate.langgraph; checkpoints, tombstones).")
 @click.option("--ns", default="", help="(--thread) The checkpoint namespace (default: root).")
@@ -66,13 +70,13 @@ def log(obj: Ctx, key: str | None, limit: int | None, since: str | None, thread:
         from ..threadview import log as thread_log
 
         for row in thread_log(obj.agent_dir, thread, ns, limit):
-            click.echo(textsafe.dumps(row) if as_json else _thread_line(shown(row)))
+            click.echo(textsafe.dumps(row) if as_json else _thread_line(shown(row), obj))
         return
     with obj.repo() as repo:
         found = False
-        for rec in log_view(repo, key=key, limit=limit, since=parse_now(since)):
+        for rec in log_view(repo, key=key, limit=limit, since=obj.time(since, "--since")):
             found = True
-            click.echo(textsafe.dumps(rec) if as_json else _log_line(shown(rec)))
+            click.echo(textsafe.dumps(rec) if as_json else _log_line(shown(rec), obj.when))
         if key is not None and not found:
             _known_key(repo, key, set())
 
@@ -88,8 +92,8 @@ def _known_key(repo: Any, key: str, refused_keys: set[str]) -> None:
                       + did_you_mean(key, known), rule="log.unknown_key", keys=sorted(known))
 
 
-def _thread_line(r: dict[str, Any]) -> str:
-    when = datetime.fromtimestamp(r["time"], UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _thread_line(r: dict[str, Any], obj: Ctx) -> str:
+    when = datetime.fromtimestamp(r["time"], UTC).astimezone(obj.zone).isoformat()
     if "checkpoint" in r:
         return (f"{when}  {r['commit'][:12]}  checkpoint {r['checkpoint']}  step "
                 f"{r.get('step')} ({r.get('source')})  parent "
@@ -103,7 +107,7 @@ def _refused_log(obj: Ctx, key: str | None, limit: int | None, since: str | None
     from .. import refusals
     from ..model import parse_time
 
-    moment = parse_now(since)
+    moment = obj.time(since, "--since")
     shown_n = 0
     with obj.repo() as repo:
         for rec in refusals.entries(repo.store):
@@ -126,7 +130,7 @@ def _refused_log(obj: Ctx, key: str | None, limit: int | None, since: str | None
                 f" {textsafe.dumps(rec['attempted'])[:80]}"
             held = "" if r["head_value"] is None else \
                 f" (HEAD: {textsafe.dumps(rec['head_value'])[:40]})"
-            click.echo(f"{r['time']}  {r['commit'][:12]}  refused {r['op'] or 'write'} "
+            click.echo(f"{obj.when(r['time'])}  {r['commit'][:12]}  refused {r['op'] or 'write'} "
                        f"{r['key'] or ''}{attempted}{held} [{r['rule']}] by "
                        f"{r['actor'] or r['writer']}: {r['reason'] or ''}")
         if key is not None and shown_n == 0:
@@ -175,15 +179,15 @@ def show(obj: Ctx, rev: str, patch: bool, thread: str | None, ns: str,
     raw_patch = str(data.get("patch") or "")
     data = shown(data)
     lines = [f"commit {data['commit']}", f"author {data['author']}",
-             f"time   {data['time']}", f"actor  {data['actor']}", "", *reason, ""]
-    lines += _diff_lines(data["changes"])
+             f"time   {obj.when(data['time'])}", f"actor  {data['actor']}", "", *reason, ""]
+    lines += _diff_lines(data["changes"], obj.when)
     lines += [""] + [f"{n}: {v}" for n, v in data["trailers"]]
     if patch:
         lines += ["", *(textsafe.visible(line) for line in raw_patch.rstrip("\n").split("\n"))]
     click.echo("\n".join(lines))
 
 
-def _diff_lines(d: dict[str, Any]) -> list[str]:
+def _diff_lines(d: dict[str, Any], when: When) -> list[str]:
     out = []
     for key, e in d["added"].items():
         out.append(f"+ {key} = {value_text(e['value'])}  ({e['reason'].splitlines()[0]})")
@@ -199,7 +203,7 @@ def _diff_lines(d: dict[str, Any]) -> list[str]:
         out.append(f"~ {key}: {value_text(c['old']['value'])} -> {value_text(c['new']['value'])}  "
                    f"({reason})")
     for key, c in d["expiry_changed"].items():
-        out.append(f"~ {key}: expiry {c['old'] or 'none'} -> {c['new'] or 'none'}")
+        out.append(f"~ {key}: expiry {when(c['old']) or 'none'} -> {when(c['new']) or 'none'}")
     if d["handoff"]:
         new = d["handoff"]["new"]
         out.append(f"~ handoff: {new['note'] if new else '(removed)'}")
@@ -232,7 +236,8 @@ def diff(obj: Ctx, rev_a: str, rev_b: str, thread: str | None, ns: str,
     with obj.repo() as repo:
         a, b = resolve(repo, rev_a), resolve(repo, rev_b)
         d = diff_states(repo.state_at(a), repo.state_at(b)).to_dict()
-    emit({"from": a, "to": b, **d}, as_json, lambda safe: "\n".join(_diff_lines(safe)))
+    emit({"from": a, "to": b, **d}, as_json,
+         lambda safe: "\n".join(_diff_lines(safe, obj.when)))
 
 
 @click.command()
@@ -245,8 +250,9 @@ def blame(obj: Ctx, as_json: bool) -> None:
     with obj.repo() as repo:
         data = blame_view(repo)
     def text(safe: dict[str, Any]) -> str:
-        return "\n".join(f"{k}  = {value_text(e['value'])}  {e['commit'][:12]} {e['time']} "
-                         f"{e['actor']}: {e['reason']}" for k, e in safe.items()) or "(no keys)"
+        return "\n".join(f"{k}  = {value_text(e['value'])}  {e['commit'][:12]} "
+                         f"{obj.when(e['time'])} {e['actor']}: {e['reason']}"
+                         for k, e in safe.items()) or "(no keys)"
 
     emit(data, as_json, text)
 

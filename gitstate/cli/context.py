@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -16,7 +16,7 @@ import click
 
 from .. import textsafe
 from ..errors import UsageError
-from ..model import Scalar, Value, display_value, parse_time
+from ..model import Scalar, Value, display_value, local_text, parse_given_time
 
 if TYPE_CHECKING:
     from ..repo import StateRepo
@@ -29,13 +29,38 @@ EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_STORE = 0, 1, 2, 3
 """Exit status: 0 success, 1 a rule refused the call (stderr names the rule), 2 a usage
 error (including a directory that was never initialised), 3 the repository cannot be used."""
 
+TIME_NOTE = ("A time without an offset is in the agent's time zone (config.toml [gitstate] "
+             "timezone; unset: the machine's).")
 AT_HELP = ("The state a wake-up saw at this ISO 8601 time, or at this revision (a commit "
-           "id, HEAD~N), with expiry evaluated at that moment.")
+           "id, HEAD~N), with expiry evaluated at that moment. " + TIME_NOTE)
+
+
+def time_help(text: str) -> str:
+    """The help of an option that takes a time: ``text``, then how a time is read."""
+    return f"{text} {TIME_NOTE}"
 
 
 class Ctx:
     def __init__(self, agent_dir: Path) -> None:
         self.agent_dir = agent_dir
+        self._zone: tzinfo | None = None
+
+    @property
+    def zone(self) -> tzinfo:
+        """The agent's time zone: every time given is read in it, and shown in it."""
+        if self._zone is None:
+            from ..config import load_config, resolve_tz
+
+            self._zone = resolve_tz(load_config(self.agent_dir).timezone)
+        return self._zone
+
+    def time(self, value: str | None, option: str) -> datetime | None:
+        """A time option's value (``model.parse_given_time`` in the agent's zone)."""
+        return None if value is None else parse_given_time(value, self.zone, option)
+
+    def when(self, stamp: str | None) -> str:
+        """A stored time as text output shows it: in the agent's zone, with its offset."""
+        return local_text(stamp, self.zone)
 
     def repo(self) -> StateRepo:
         from ..repo import StateRepo
@@ -124,16 +149,6 @@ def parse_json_value(text: str, option: str) -> Value:
     return cast("Value", value)
 
 
-def parse_now(value: str | None, option: str = "--now") -> datetime | None:
-    if value is None:
-        return None
-    try:
-        return parse_time(value)
-    except ValueError:
-        raise UsageError(f"{option} {value!r} is not an ISO 8601 time (e.g. "
-                         "2026-08-13T09:04+08:00)", rule="usage.now") from None
-
-
 def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")(f)
 
@@ -180,12 +195,12 @@ def value_text(v: Any) -> str:
     return "(absent)" if v is None else display_value(v)
 
 
-def result_text(result: dict[str, Any]) -> str:
+def result_text(result: dict[str, Any], when: Callable[[str | None], str]) -> str:
     op, commit = result["op"], result["commit"][:12]
     if op == "set":
         new, old = result["new"], result["old"]
         before = display_value(old["value"]) if old else "(absent)"
-        exp = f", expires {new['expires_at']}" if new["expires_at"] else ""
+        exp = f", expires {when(new['expires_at'])}" if new["expires_at"] else ""
         return (f"{commit} set {result['key']}: {before} -> {display_value(new['value'])}{exp} "
                 f"({result['live_keys']}/{result['max_keys']} live keys)")
     if op == "clear":
@@ -196,11 +211,12 @@ def result_text(result: dict[str, Any]) -> str:
     return f"{commit} {op} committed"
 
 
-def finish(result: WriteResult, as_json: bool) -> None:
-    """Print a write's result: its warnings on stderr, then the result."""
+def finish(obj: Ctx, result: WriteResult, as_json: bool) -> None:
+    """Print a write's result: its warnings on stderr, then the result (times in the
+    agent's zone)."""
     for warning in result.warnings:
         warn(warning)
     if result.truncated:
         click.echo("gitstate: note: the plain handoff note was collapsed and cut to fit",
                    err=True)
-    emit(result, as_json, result_text)
+    emit(result, as_json, lambda d: result_text(d, obj.when))

@@ -3,28 +3,29 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
 
-from ..model import display_value
-from .context import AT_HELP, Ctx, emit, json_option, parse_now, warn
+from ..model import display_value, format_time
+from .context import AT_HELP, Ctx, emit, json_option, time_help, warn
 
 
-def _get_text(data: dict[str, Any]) -> str:
+def _get_text(data: dict[str, Any], when: Callable[[str | None], str]) -> str:
     lines = [f"HEAD {data['head'][:12]}  {data['live_keys']}/{data['max_keys']} live keys, "
              f"section {data['section_bytes']}/{data['section_max_bytes']} bytes"]
     for key, e in data["keys"].items():
         flag = " [expired]" if e["expired"] else ""
-        exp = f"  expires {e['expires_at']}" if e["expires_at"] else ""
-        lines.append(f"  {key} = {display_value(e['value'])}{flag}  (set {e['set_at']} by "
+        exp = f"  expires {when(e['expires_at'])}" if e["expires_at"] else ""
+        lines.append(f"  {key} = {display_value(e['value'])}{flag}  (set {when(e['set_at'])} by "
                      f"{e['actor']}: {e['reason']}){exp}")
     if not data["keys"]:
         lines.append("  (no keys)")
     ho = data["handoff"]
     if ho:
         status = f" [{ho['status']}]" if ho["status"] else ""
-        lines.append(f"handoff{status} ({ho['left_at']}): {ho['note']}")
+        lines.append(f"handoff{status} ({when(ho['left_at'])}): {ho['note']}")
         for name in ("next_steps", "evidence", "blocker"):
             if ho.get(name):
                 lines.append(f"  {name}: {ho[name]}")
@@ -32,12 +33,13 @@ def _get_text(data: dict[str, Any]) -> str:
         lines.append("recent changes:")
         for h in data["history"]:
             what = f"{h['op']} {h['key']}" if h["key"] else h["op"]
-            lines.append(f"  {h['commit'][:12]} {h['time']} {what}: {h['reason'].splitlines()[0]}")
+            lines.append(f"  {h['commit'][:12]} {when(h['time'])} {what}: "
+                         f"{h['reason'].splitlines()[0]}")
     return "\n".join(lines)
 
 
 @click.command()
-@click.option("--now", help="Evaluate expiry at this ISO 8601 time.")
+@click.option("--now", help=time_help("Evaluate expiry at this ISO 8601 time."))
 @click.option("--at", "at", help=AT_HELP)
 @click.option("--history", "history_n", type=click.IntRange(0, 1000), default=20,
               show_default=True, help="How many recent changes to include.")
@@ -46,7 +48,7 @@ def _get_text(data: dict[str, Any]) -> str:
 def get(obj: Ctx, now: str | None, at: str | None, history_n: int, as_json: bool) -> None:
     """Show everything: keys (expired ones marked), the handoff, recent history."""
     with obj.repo() as repo:
-        commit, moment = None, parse_now(now)
+        commit, moment = None, obj.time(now, "--now")
         if at is not None:
             from ..audit import resolve_at
 
@@ -55,13 +57,14 @@ def get(obj: Ctx, now: str | None, at: str | None, history_n: int, as_json: bool
         view = repo.get(now=moment, history=history_n, commit=commit)
     for warning in view.warnings:
         warn(warning)
-    emit(view, as_json, _get_text)
+    emit(view, as_json, lambda d: _get_text(d, obj.when))
 
 
 @click.command()
 @click.option("--locale", type=click.Choice(["zh-TW", "en", "ja"]),
               help="Section language (default: [gitstate] locale, zh-TW).")
-@click.option("--now", help="Render as a wake-up at this ISO 8601 time would see it.")
+@click.option("--now", help=time_help("Render as a wake-up at this ISO 8601 time would see "
+                                       "it."))
 @click.option("--at", "at", help=AT_HELP)
 @click.option("--run", "run_id", metavar="RUN_ID", help="Append this run's <state> block "
               "(goal, criteria met and unmet, steps, questions, approvals, budget; "
@@ -89,8 +92,9 @@ def render(obj: Ctx, locale: str | None, now: str | None, at: str | None,
         if at is not None:
             raise click.UsageError("--run shows the run as it is now; see `gitstate run show "
                                    "RUN --at`")
-        opts = {**({"locale": locale} if locale else {}), **({"now": now} if now else {}),
-                "run": run_id}
+        moment = obj.time(now, "--now")
+        opts = {**({"locale": locale} if locale else {}),
+                **({"now": format_time(moment)} if moment else {}), "run": run_id}
         code = run_fast("render", str(obj.agent_dir), opts)
         if code:
             raise click.exceptions.Exit(code)
@@ -100,10 +104,10 @@ def render(obj: Ctx, locale: str | None, now: str | None, at: str | None,
 
         with obj.repo() as repo:
             commit, moment = resolve_at(repo, at)
-            sys.stdout.write(repo.render(now=parse_now(now) or moment, locale=locale,
+            sys.stdout.write(repo.render(now=obj.time(now, "--now") or moment, locale=locale,
                                          commit=commit))
         return
-    text, warnings = section(obj.agent_dir, locale=locale, now=parse_now(now))
+    text, warnings = section(obj.agent_dir, locale=locale, now=obj.time(now, "--now"))
     for warning in warnings:
         warn(warning)
     sys.stdout.write(text)
@@ -161,7 +165,7 @@ def _reproduce(obj: Ctx, receipt_id: str) -> None:
 
 
 @click.command()
-@click.option("--since", help="Only wake-ups at or after this ISO 8601 time.")
+@click.option("--since", help=time_help("Only wake-ups at or after this ISO 8601 time."))
 @click.option("-n", "limit", type=click.IntRange(1), help="At most N receipts.")
 @json_option
 @click.pass_obj
@@ -175,12 +179,13 @@ def receipts(obj: Ctx, since: str | None, limit: int | None, as_json: bool) -> N
     from .. import receipts as store
 
     items: list[dict[str, Any]] = []
-    for rec in store.entries(str(obj.agent_dir / "state" / ".git"), parse_now(since)):
+    for rec in store.entries(str(obj.agent_dir / "state" / ".git"),
+                             obj.time(since, "--since")):
         if limit is not None and len(items) >= limit:
             break
         items.append(rec)
     emit({"receipts": items}, as_json, lambda d: "\n".join(
-        f"{r['time']}  {r['id']}  {str(r['head'] or '-')[:12]}  {r['runtime']}"
+        f"{obj.when(r['time'])}  {r['id']}  {str(r['head'] or '-')[:12]}  {r['runtime']}"
         f"{'/' + r['event'] if r['event'] else ''}  {r['bytes']} bytes  sha256 "
         f"{r['sha256'][:16]}" + (f"  run {r['run_id']}" if r["run_id"] else "")
         for r in d["receipts"]) or "(no receipts)")

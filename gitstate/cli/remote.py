@@ -205,12 +205,13 @@ def fleet(root: Path, expiring_hours: float, full: bool, as_json: bool) -> None:
     if as_json:
         emit(rows, True, "")
         return
-    for r in shown(rows):
+    for raw, r in zip(rows, shown(rows), strict=True):
         if "error" in r:
             click.echo(f"{r['agent']}: {r['error']}")
             continue
         last = r["last_change"]
-        click.echo(f"{r['agent']}: {r['live_keys']} live keys; last {last['time']} "
+        when = Ctx(root / raw["agent"]).when(raw["last_change"]["time"])  # its agent's zone
+        click.echo(f"{r['agent']}: {r['live_keys']} live keys; last {when} "
                    f"{last['actor']}: {last['reason'][:60]}; expiring: "
                    f"{', '.join(r['expiring']) or '-'}; {r['checks']} checks {r['verify']}; "
                    + _against_remote({**r, "remote_url": r["remote"]}))

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ..errors import UsageError
-from .context import Ctx, emit, json_option, parse_json_value, parse_value
+from .context import Ctx, emit, json_option, parse_json_value, parse_value, time_help
 
 
 @click.group()
@@ -52,7 +52,7 @@ def _text(view: Any) -> str:
 @click.option("--max-iterations", type=int)
 @click.option("--max-tokens", type=int)
 @click.option("--max-cost-cents", type=int)
-@click.option("--deadline", help="ISO 8601 time after which the run stops.")
+@click.option("--deadline", help=time_help("ISO 8601 time after which the run stops."))
 @click.option("--reason", "-r", required=True, help="Why: becomes the commit message.")
 @click.option("--request-id", help="Idempotency key.")
 @json_option
@@ -62,8 +62,12 @@ def start(obj: Ctx, run_id: str, description: str, criteria: tuple[str, ...],
           max_iterations: int | None, max_tokens: int | None, max_cost_cents: int | None,
           deadline: str | None, reason: str, request_id: str | None, as_json: bool) -> None:
     """Create run RUN_ID with its goal (goal_created: the ref's first commit)."""
+    from ..model import format_time
+
+    moment = obj.time(deadline, "--deadline")
     budget = {k: v for k, v in (("max_iterations", max_iterations), ("max_tokens", max_tokens),
-                                ("max_cost_cents", max_cost_cents), ("deadline_at", deadline))
+                                ("max_cost_cents", max_cost_cents),
+                                ("deadline_at", moment and format_time(moment)))
               if v is not None}
     with obj.repo() as repo:
         view = repo.runs.start(run_id, description=description, criteria=list(criteria),
@@ -106,12 +110,21 @@ def cancel(obj: Ctx, run_id: str, reason: str, as_json: bool) -> None:
 
 @run.command()
 @click.argument("run_id")
-@click.option("--at", "at", metavar="REV|TIME", help="As it stood at a commit of the run (a "
-              "hex prefix) or at an ISO 8601 time (the last event at or before it).")
+@click.option("--at", "at", metavar="REV|TIME", help=time_help(
+    "As it stood at a commit of the run (a hex prefix) or at an ISO 8601 time (the last "
+    "event at or before it)."))
 @json_option
 @click.pass_obj
 def show(obj: Ctx, run_id: str, at: str | None, as_json: bool) -> None:
     """The run's goal, state and next action (JSON: goal, state, next, head)."""
+    if at is not None and not (4 <= len(at) <= 40 and all(c in "0123456789abcdef" for c in at)):
+        import contextlib
+
+        from ..model import format_time, parse_given_time
+
+        # in the agent's zone; what is no time is the ledger's to refuse (run.invalid)
+        with contextlib.suppress(UsageError):
+            at = obj.when(format_time(parse_given_time(at, obj.zone, "--at", "usage.at")))
     with obj.repo() as repo:
         view = repo.runs.read_at(run_id, at) if at else repo.runs.read(run_id)
     emit(view.to_dict(), as_json, _text)

@@ -68,7 +68,7 @@ def schema_set(obj: Ctx, file: Path, reason: str, as_json: bool) -> None:
     """
     with obj.repo() as repo:
         result = repo.set_schema(_read(file), reason)
-    finish(result, as_json)
+    finish(obj, result, as_json)
 
 
 def _read(file: Path) -> str:

@@ -79,7 +79,7 @@ def set_(obj: Ctx, key: str, value: str | None, reason: str, ttl_hours: float | 
     with obj.repo() as repo:
         result = repo.set(key, new, reason, ttl_hours=ttl_hours, expected=expected,
                           request_id=request_id)
-        finish(result, as_json)
+        finish(obj, result, as_json)
 
 
 @click.command()
@@ -98,7 +98,7 @@ def clear(obj: Ctx, key: str, reason: str, expect: str | None, request_id: str |
         result = repo.clear(key, reason,
                             expected=parse_value(expect) if expect is not None else UNSET,
                             request_id=request_id)
-        finish(result, as_json)
+        finish(obj, result, as_json)
 
 
 @click.command()
@@ -123,7 +123,7 @@ def handoff(obj: Ctx, note: str | None, status: str | None, next_steps: str | No
     with obj.repo() as repo:
         result = repo.handoff(note, status=status, next_steps=next_steps, evidence=evidence,
                               blocker=blocker, reason=reason, request_id=request_id)
-        finish(result, as_json)
+        finish(obj, result, as_json)
 
 
 @click.command()
@@ -185,4 +185,4 @@ def adopt(obj: Ctx, reason: str | None, discard: bool, as_json: bool) -> None:
             return
         assert reason is not None
         result = repo.adopt(reason)
-    finish(result, as_json)
+    finish(obj, result, as_json)
