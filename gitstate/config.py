@@ -1,8 +1,9 @@
 """config.toml: the agent directory's settings, read with the standard library only.
 
-The file is shared with the agent platform, so only two tables belong to gitstate:
-``[memory]`` (the seed's keys) and ``[gitstate]``. Other tables are left alone. Inside those
-two, an unknown setting or a wrongly typed one is an error, never ignored: a typo in
+The file is shared with the agent platform, so only three tables belong to gitstate:
+``[memory]`` (the seed's keys), ``[gitstate]`` and ``[trust]`` (signing and signers; its
+paths are taken relative to the agent directory). Other tables are left alone. Inside those,
+an unknown setting or a wrongly typed one is an error, never ignored: a typo in
 ``max_keys`` must not silently fall back to the default.
 """
 
@@ -62,6 +63,13 @@ class Config:
     remote_connect_seconds: int = 15
     remote_stall_seconds: int = 60
     remote_total_seconds: int = 900
+    # who may claim a role across machines (docs/security.md, "Who may claim a role"): the
+    # private SSH key this clone signs its commits with, git's allowed-signers file naming
+    # the keys that may act as human:<name> / runtime:<name>, and whether the remote's
+    # pushers are trusted instead (its hook authenticates them)
+    signing_key: str | None = None
+    allowed_signers: str | None = None
+    trust_remote: bool = False
 
     def __init__(self, **values: object) -> None:
         for name, value in values.items():
@@ -99,6 +107,9 @@ _SETTINGS: dict[tuple[str, str], tuple[str, type, int | None, int | None]] = {
     ("gitstate", "remote_connect_seconds"): ("remote_connect_seconds", int, 1, 3600),
     ("gitstate", "remote_stall_seconds"): ("remote_stall_seconds", int, 1, 3600),
     ("gitstate", "remote_total_seconds"): ("remote_total_seconds", int, 1, 86400),
+    ("trust", "signing_key"): ("signing_key", str, None, None),
+    ("trust", "allowed_signers"): ("allowed_signers", str, None, None),
+    ("trust", "trust_remote"): ("trust_remote", bool, None, None),
 }
 _ = [getattr(Config, attr) for attr, *_ in _SETTINGS.values()]  # every setting has a default
 
@@ -141,7 +152,12 @@ def load_config(agent_dir: str | os.PathLike[str]) -> Config:
         except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
             raise _error(f"{path} is not valid TOML: {exc}", rule="config.syntax") from exc
         _remember(cache, key, raw)
-    return config_from_dict(raw, source=str(path))
+    config = config_from_dict(raw, source=str(path))
+    for name in ("signing_key", "allowed_signers"):  # relative to the agent directory
+        value = getattr(config, name)
+        if value is not None:
+            setattr(config, name, os.path.join(agent_dir, os.path.expanduser(value)))
+    return config
 
 
 def _cached(cache: str, key: str) -> dict[str, Any] | None:
@@ -194,7 +210,7 @@ def _remember(cache: str, key: str, raw: dict[str, Any]) -> None:
 def config_from_dict(raw: dict[str, Any], *, source: str = "config") -> Config:
     """Validate the ``[memory]`` and ``[gitstate]`` tables of a parsed config."""
     values: dict[str, Any] = {}
-    for table in ("memory", "gitstate"):
+    for table in ("memory", "gitstate", "trust"):
         section = raw.get(table, {})
         if not isinstance(section, dict):
             raise _error(f"{source}: [{table}] must be a table", rule="config.type")

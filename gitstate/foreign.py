@@ -31,6 +31,7 @@ from .planners import Base
 from .replay import ReplayError, apply_change
 from .schema import Schema, parse_schema
 from .trailers import Change, NotAGitstateCommit, parse_message
+from .trust import Trust, claim_problem
 
 if TYPE_CHECKING:
     from .store import GitStore
@@ -92,10 +93,13 @@ def check_range(store: GitStore, old: str | None, new: str, config: Config | Non
         return [Problem(old or new, exc.rule, exc.message)]
     problems: list[Problem] = []
     parent = old
+    trust = Trust.of(config)
+    schemas: dict[str, Schema | None] = {}
     for commit in chain:
         try:
             state, previous_time = _check_commit(store, commit, parent, state, previous_time,
                                                  config, now)
+            _check_claim(store, commit, parent, trust, schemas)
             parent = commit
         except _Refusal as exc:
             problems.append(Problem(commit, exc.rule, exc.message))
@@ -239,6 +243,40 @@ def _check_change(change: Change, before: State, commit_time: int, config: Confi
         raise InvalidInput(f"an {op} that changes approval records", rule="approval.reserved")
     elif op in ("adopt", "observe"):
         _check_adopt(change.adopt, before, commit_time, config)
+
+
+def _check_claim(store: GitStore, commit: str, parent: str | None, trust: Trust,
+                 schemas: dict[str, Schema | None]) -> None:
+    """A decision, or a write of a key the agent may not write, claims a role: it counts
+    only when its signer may act as that role (gitstate/trust.py)."""
+    change = parse_message(store.commit_info(commit).message)
+    if parent is None or change.key is None or change.op not in ("set", "clear"):
+        return
+    schema = _parent_schema(store, parent, schemas)
+    step = dict(change.extra).get(approvals.TRAILER)
+    roles: tuple[str, ...] = ()
+    if step in ("approve", "deny"):
+        policy = (schema.approvals if schema else {}).get(
+            str((change.new or {}).get("tool")) if isinstance(change.new, dict) else "")
+        roles = policy.writers if policy else ("human",)
+    elif schema is not None and not approvals.is_approval_key(change.key):
+        spec = schema.spec(change.key)
+        if spec is not None and "agent" not in spec.writers:
+            roles = tuple(spec.writers)
+    problem = claim_problem(store, commit, roles, trust) if roles else None
+    if problem is not None:
+        raise _Refusal(*problem)
+
+
+def _parent_schema(store: GitStore, parent: str,
+                   schemas: dict[str, Schema | None]) -> Schema | None:
+    """The schema in force at ``parent``, parsed once per schema.yaml blob."""
+    blob = store.file_ids(parent).get(SCHEMA_FILE)
+    if blob is None:
+        return None
+    if blob not in schemas:
+        schemas[blob] = _schema(store, parent)
+    return schemas[blob]
 
 
 def _approval_key(change: Change) -> bool:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
+import os
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import locking, maintenance, planners, requests, rules
+from . import locking, maintenance, planners, requests, rules, sshsig
 from .approval_api import ApprovalMethods
 from .config import LOCALES, Config, load_config, resolve_tz
 from .engine import WriteEngine, identity, tz_offset
@@ -44,6 +46,7 @@ from .store import GitStore, ref_names
 from .store.transport import limits_for
 from .sync import Remote, clone
 from .trailers import Change
+from .trust import Trust
 
 HISTORY_IN_GET = 20
 
@@ -64,6 +67,7 @@ class StateRepo(ApprovalMethods, RunMethods):
         writer: str = "runtime",
         clock: Callable[[], datetime] | None = None,
         config: Config | None = None,
+        signing_key: str | Path | None = None,
     ) -> None:
         if writer not in WRITERS:
             raise UsageError(f"writer must be one of {', '.join(WRITERS)}", rule="usage.writer")
@@ -80,6 +84,9 @@ class StateRepo(ApprovalMethods, RunMethods):
         self.store = GitStore(self.state_dir)
         self.store.set_durability(self.config.durability)
         self.store.limits = limits_for(self.config)
+        key = signing_key or os.environ.get("GITSTATE_SIGNING_KEY") or self.config.signing_key
+        if key:  # every commit this opening writes is signed (docs/security.md)
+            self.store.signer = functools.partial(sshsig.sign, key=str(key))
         self.projection = Projection(self.state_dir)
         self.reader = StateReader(self.state_dir, self.store, self.projection)
         self.tree = MainTree(self.reader)
@@ -427,7 +434,7 @@ class StateRepo(ApprovalMethods, RunMethods):
         # each fetch waits on the network without the write lock, then takes it to check
         result.runs = runsync.pull(self.store, self.remote.url(),
                                    dict(schema.run_writers) if schema else {},
-                                   lock=self.engine.locked)
+                                   lock=self.engine.locked, trust=Trust.of(self.config))
         result.runs["refusal_journals"] = refusals.pull(self.store, self.remote.url(),
                                                         lock=self.engine.locked)
         return result

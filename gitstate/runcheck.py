@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from . import runs
 from .errors import StoreError
 from .runformat import RUN_FILE, RUN_MAX_BYTES, encode_run, events, message
+from .trust import Trust, claim_problem
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -64,7 +65,8 @@ class Links:
 
 def replay_problems(store: GitStore, run_id: str, head: str,
                     writers: Mapping[str, tuple[str, ...]], *, main: str | None,
-                    foreign: bool = False, now: float | None = None) -> list[str]:
+                    foreign: bool = False, now: float | None = None,
+                    trust: Trust | None = None) -> list[str]:
     """The one rule for a run's ref (docs/security.md): each commit is re-derived from its
     first — the ledger's own ``apply_event`` at the parent's run, on the event, writer and
     time the commit records, must give exactly the committed run.json, and the commit
@@ -73,8 +75,9 @@ def replay_problems(store: GitStore, run_id: str, head: str,
     main's commit holding that decision (:class:`Links`, against ``main``). Writers are
     checked against the defaults and schema.yaml's ``runs: writers`` (``writers``).
     ``foreign``: commits from elsewhere, where an approval event without its link is
-    refused; a local ledger recorded before links were kept replays without them. Returns
-    the problems (empty: the ledger is sound)."""
+    refused and an event written as human or runtime counts only when ``trust`` says its
+    signer may act as that role (gitstate/trust.py); a local ledger recorded before links
+    were kept replays without them. Returns the problems (empty: the ledger is sound)."""
     import time as _time
 
     from .errors import InvalidInput
@@ -122,6 +125,10 @@ def replay_problems(store: GitStore, run_id: str, head: str,
             request = json.loads(fields["Request"]) if "Request" in fields else None
             wanted = message(reason, run_id, event, fields["Writer"], request,
                              fields.get("Process", ""))
+            if foreign and fields["Writer"] in ("human", "runtime"):
+                claim = claim_problem(store, info.id, (fields["Writer"],), trust or Trust())
+                if claim is not None:
+                    raise ValueError(f"{info.id[:12]}: [{claim[0]}] {claim[1]}")
             if foreign and (info.message != wanted or author_time != commit_time):
                 problems.append(f"{info.id[:12]}: [run.rederive] the commit is not the one "
                                 "the ledger writes for its event (message, trailers or "

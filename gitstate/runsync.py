@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from .schema import Schema
     from .store import GitStore
+    from .trust import Trust
 
 TRACKING = "refs/remotes/origin/runs/"
 
@@ -66,7 +67,8 @@ def push(store: GitStore, url: str,
 
 def pull(store: GitStore, url: str,
          writers: Mapping[str, tuple[str, ...]] | None = None, *,
-         lock: Callable[[], AbstractContextManager[None]]) -> dict[str, Any]:
+         lock: Callable[[], AbstractContextManager[None]],
+         trust: Trust | None = None) -> dict[str, Any]:
     """Fast-forward every run the remote has further; {pulled, diverged, refused}. The
     fetch waits on the network without ``lock`` (the write lock), which is then held for
     the checks and the ref moves; the remote's run names were checked by the transport
@@ -91,7 +93,7 @@ def pull(store: GitStore, url: str,
                 out["diverged"].append(name)
                 continue
             problems = replay_problems(incoming, name, head, writers or {},
-                                       main=incoming.ref(BRANCH), foreign=True)
+                                       main=incoming.ref(BRANCH), foreign=True, trust=trust)
             if problems:
                 bad[name] = problems[0]
             else:
@@ -121,7 +123,8 @@ def pull(store: GitStore, url: str,
     return out
 
 
-def verify_pushed(store: GitStore, ref: str, old: str | None, new: str | None) -> list[str]:
+def verify_pushed(store: GitStore, ref: str, old: str | None, new: str | None,
+                  trust: Trust | None = None) -> list[str]:
     """The pre-receive check of one run ref update: no deletion, no rewrite, a replay."""
     name = ref[len(PREFIX):]
     try:
@@ -135,7 +138,8 @@ def verify_pushed(store: GitStore, ref: str, old: str | None, new: str | None) -
     main = store.ref(BRANCH)
     schema = _schema_at(store, main)
     return [f"{ref}: {p}" for p in replay_problems(
-        store, name, new, dict(schema.run_writers) if schema else {}, main=main, foreign=True)]
+        store, name, new, dict(schema.run_writers) if schema else {}, main=main, foreign=True,
+        trust=trust)]
 
 
 def _schema_at(store: GitStore, commit: str | None) -> Schema | None:

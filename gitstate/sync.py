@@ -334,9 +334,11 @@ def clone(url: str, agent_dir: Path) -> str:
 
 def verify_push(git_dir: Path, old: str, new: str, ref: str) -> list[str]:
     """What a pre-receive hook runs for one ref update in a (bare) server repository."""
+    from .config import Config
     from .refusals import REMOTE_PREFIX, check_update
     from .runformat import PREFIX as RUNS
     from .runsync import verify_pushed
+    from .trust import Trust
 
     zero = ZERO.decode()
     namespace = layout.remote_namespace(ref)
@@ -350,6 +352,7 @@ def verify_push(git_dir: Path, old: str, new: str, ref: str) -> list[str]:
         return [f"deleting {ref} is refused: the refusal journal is kept"]
     if new == zero and ref == BRANCH:
         return [f"deleting {ref} is refused"]
+    trust = Trust.of_server(git_dir)  # who may claim a role: the server's own git config
     store = GitStore(git_dir)
     quarantine = os.environ.get("GIT_OBJECT_DIRECTORY")
     if quarantine:
@@ -361,7 +364,9 @@ def verify_push(git_dir: Path, old: str, new: str, ref: str) -> list[str]:
                                                         new)]
         if ref != BRANCH:
             return verify_pushed(store, ref, None if old == zero else old,
-                                 None if new == zero else new)
-        return [str(p) for p in foreign.check_range(store, None if old == zero else old, new)]
+                                 None if new == zero else new, trust)
+        config = Config(allowed_signers=trust.allowed_signers, trust_remote=trust.trust_remote)
+        return [str(p) for p in foreign.check_range(store, None if old == zero else old, new,
+                                                    config)]
     finally:
         store.close()

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from dulwich.objects import ObjectID
 from dulwich.refs import Ref
 
-from .. import faults, layout
+from .. import faults, layout, sshsig
 from ..errors import StoreError
 from ..layout import FILE_MODE
 from . import packfmt, packwrite
@@ -109,6 +109,8 @@ class CommitOps(RepoBase):
         authored = author_time if author_time is not None else when
         body = packfmt.commit_body(tree_name.hex(), (base,) if base else (), identity,
                                    authored, identity, when, tz_offset, message)
+        if self.signer is not None:  # git's gpgsig header, over the body without it
+            body = sshsig.with_signature(body, self.signer(body))
         commit_name = packfmt.object_name(b"commit", body, hash_func)
         objects += [(tree_name, packfmt.TREE, tree), (commit_name, packfmt.COMMIT, body)]
         ids = {name.decode(): sha.hex() for name, sha in tree_files.items()}

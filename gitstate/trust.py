@@ -1,0 +1,83 @@
+"""Who may claim a role across machines: a commit from elsewhere that claims the human or
+the runtime role counts only when its signer may act as that role.
+
+Claims: on main, an approval's decision (``Gitstate-Approval: approve|deny``: the roles its
+policy names) and a write of a key whose schema writers leave out the agent (those
+writers); on a run ledger, an event whose ``Gitstate-Writer`` is ``human`` or ``runtime``.
+The agent's own writes claim nothing.
+
+With ``[trust] allowed_signers`` (git's allowed-signers file, principals ``human:<name>`` /
+``runtime:<name>``), a claim must carry an SSH signature (``sshsig``) by a key whose
+principal has one of the claimed roles. Without it, claims from elsewhere are refused —
+unless ``[trust] trust_remote = true`` says the remote's own hook authenticates who pushes
+(docs/remote.md). The server's pre-receive hook reads the same two settings from the bare
+repository's git config (``gitstate.allowedSigners``, ``gitstate.trustRemote``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import sshsig
+
+if TYPE_CHECKING:
+    from collections.abc import Collection
+
+    from .config import Config
+    from .store import GitStore
+
+
+@dataclass(frozen=True)
+class Trust:
+    allowed_signers: str | None = None
+    trust_remote: bool = False
+
+    @classmethod
+    def of(cls, config: Config) -> Trust:
+        return cls(config.allowed_signers, config.trust_remote)
+
+    @classmethod
+    def of_server(cls, git_dir: Path) -> Trust:
+        """The settings of a bare repository's hook, from its git config."""
+        from dulwich.config import ConfigFile
+
+        try:
+            conf = ConfigFile.from_path(str(git_dir / "config"))
+        except (OSError, ValueError):
+            return cls()
+
+        def value(name: bytes) -> bytes | None:
+            try:
+                return conf.get((b"gitstate",), name)
+            except KeyError:
+                return None
+
+        signers, remote = value(b"allowedSigners"), value(b"trustRemote") or b""
+        return cls(signers.decode("utf-8", "replace") if signers else None,
+                   remote.lower() in (b"true", b"yes", b"on", b"1"))
+
+
+def claim_problem(store: GitStore, commit: str, roles: Collection[str],
+                  trust: Trust) -> tuple[str, str] | None:
+    """(rule, message) when ``commit`` claims one of ``roles`` and nothing proves it."""
+    wanted = sorted(set(roles) & set(sshsig.ROLES))
+    if not wanted:
+        return None
+    claimed = "/".join(wanted)
+    if trust.allowed_signers is None:
+        if trust.trust_remote:
+            return None
+        return ("trust.unverified_claim", f"the commit claims the {claimed} role, which "
+                "only a signature can prove across machines: configure [trust] "
+                "allowed_signers (docs/security.md, \"Who may claim a role\"), or "
+                "[trust] trust_remote = true for a remote whose hook authenticates pushers")
+    principal = sshsig.signer_of(store.raw_commit(commit), trust.allowed_signers)
+    if principal is None:
+        return ("trust.unsigned", f"the commit claims the {claimed} role but carries no "
+                "signature by a key of the allowed signers")
+    if sshsig.role_of(principal) not in wanted:
+        return ("trust.wrong_role", f"the commit claims the {claimed} role but is signed by "
+                f"{principal}, who may not act as {claimed}")
+    return None
