@@ -121,7 +121,8 @@ class StateRepo(ApprovalMethods, RunMethods):
     @classmethod
     def init(cls, agent_dir: str | Path, *, actor: str | None = None, writer: str = "runtime",
              clock: Callable[[], datetime] | None = None,
-             config: Config | None = None) -> StateRepo:
+             config: Config | None = None,
+             signing_key: str | Path | None = None) -> StateRepo:
         """Create ``<agent_dir>/state`` with a first commit; idempotent on an existing one,
         and it finishes an init that was interrupted (killed, disk full). Parallel inits of
         one directory take turns and all end with the same repository."""
@@ -138,7 +139,8 @@ class StateRepo(ApprovalMethods, RunMethods):
                              "usable was left behind: run `gitstate init` again once fixed",
                              rule="store.disk_full" if exc.errno == errno.ENOSPC
                              else "store.io") from exc
-        return cls(agent_dir, actor=actor, writer=writer, clock=clock, config=config)
+        return cls(agent_dir, actor=actor, writer=writer, clock=clock, config=config,
+                   signing_key=signing_key)
 
     @classmethod
     def clone(cls, url: str, agent_dir: str | Path, *, writer: str = "runtime") -> StateRepo:

@@ -5,7 +5,7 @@ that plain ``git log --show-signature`` with ``gpg.ssh.allowedSignersFile`` veri
 This module owns every ssh-keygen process and the header's bytes: :func:`sign` (a payload,
 a private key file) and :func:`signer_of` (a raw commit, git's allowed-signers file) ->
 the principal that signed it, or None. Principals say which role a key may act as:
-``human:<name>`` or ``runtime:<name>`` (docs/security.md, "Who may claim a role").
+``human:<name>`` or ``runtime:<name>`` (docs/remote.md, "Who may claim a role across machines").
 
 ssh-keygen runs with an environment of its own (PATH only), no terminal (a key with a
 passphrase fails instead of prompting) and a deadline; its files live in a private

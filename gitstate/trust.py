@@ -71,7 +71,7 @@ def claim_problem(store: GitStore, commit: str, roles: Collection[str],
             return None
         return ("trust.unverified_claim", f"the commit claims the {claimed} role, which "
                 "only a signature can prove across machines: configure [trust] "
-                "allowed_signers (docs/security.md, \"Who may claim a role\"), or "
+                "allowed_signers (docs/remote.md, \"Who may claim a role across machines\"), or "
                 "[trust] trust_remote = true for a remote whose hook authenticates pushers")
     principal = sshsig.signer_of(store.raw_commit(commit), trust.allowed_signers)
     if principal is None:

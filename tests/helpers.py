@@ -88,8 +88,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def install_pre_receive(bare: Path, tmp_path: Path) -> None:
-    """hooks/git/pre-receive in a bare repository, calling this checkout's gitstate."""
+def install_pre_receive(bare: Path, tmp_path: Path, *, trust_remote: bool = True) -> None:
+    """hooks/git/pre-receive in a bare repository, calling this checkout's gitstate. With
+    ``trust_remote`` (the default) the server takes its pushers' role claims, as a server
+    whose transport authenticates them would (``gitstate.trustRemote``; the trust tests
+    configure signers instead)."""
+    if trust_remote:
+        subprocess.run([GIT or "git", "-C", str(bare), "config", "gitstate.trustRemote",
+                        "true"], check=True)
     root = Path(__file__).resolve().parent.parent
     shim = tmp_path / "bin" / "gitstate"
     shim.parent.mkdir(exist_ok=True)
@@ -99,6 +105,43 @@ def install_pre_receive(bare: Path, tmp_path: Path) -> None:
     text = (root / "hooks" / "git" / "pre-receive").read_text()
     hook.write_text(text.replace("GITSTATE=${GITSTATE:-gitstate}", f"GITSTATE={shim}"))
     hook.chmod(0o755)
+
+
+def trust_remote(agent_dir: Path) -> None:
+    """config.toml's ``[trust] trust_remote = true``: the clone at ``agent_dir`` takes role
+    claims (human decisions, runtime run events) from its remote without signatures."""
+    path = agent_dir / "config.toml"
+    agent_dir.mkdir(parents=True, exist_ok=True)
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    path.write_text(text + "\n[trust]\ntrust_remote = true\n", encoding="utf-8")
+
+
+class SigningKeys:
+    """Real SSH keys made with ssh-keygen, one per principal (``human:alice``,
+    ``runtime:a``), and git's allowed-signers file naming them all."""
+
+    def __init__(self, folder: Path, *principals: str) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.keys: dict[str, Path] = {}
+        lines = []
+        for principal in principals:
+            key = folder / principal.replace(":", "-")
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", principal,
+                            "-f", str(key)], check=True, capture_output=True)
+            self.keys[principal] = key
+            lines.append(f"{principal} {key.with_suffix('.pub').read_text().strip()}")
+        self.allowed = folder / "allowed_signers"
+        self.allowed.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def config(self, agent_dir: Path, principal: str | None) -> None:
+        """config.toml's [trust] table: sign as ``principal`` (None: no key), verify by
+        the allowed signers."""
+        agent_dir.mkdir(parents=True, exist_ok=True)
+        path = agent_dir / "config.toml"
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        sign = f'signing_key = "{self.keys[principal]}"\n' if principal else ""
+        path.write_text(text + f'\n[trust]\n{sign}allowed_signers = "{self.allowed}"\n',
+                        encoding="utf-8")
 
 
 class HttpServer:

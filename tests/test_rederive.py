@@ -29,7 +29,7 @@ from gitstate.repo import StateRepo
 from gitstate.runformat import PREFIX, message
 from gitstate.trailers import Change
 from tests.forge import Forge
-from tests.helpers import GIT, Clock, git, install_pre_receive
+from tests.helpers import GIT, Clock, git, install_pre_receive, trust_remote
 from tests.hostile_git_server import served
 from tests.test_wire import Snapshot, _rule_of
 
@@ -69,8 +69,10 @@ class World:
                                 "description": "pay back", "side_effect": True}, "pay")
         self.a.store.set_remote_url(str(self.bare))
         self.a.push()
-        StateRepo.clone(str(self.bare), tmp_path / "b").close()
         self.b = tmp_path / "b"
+        # who may claim a role is tests/test_trust.py's business: here B takes the claims
+        trust_remote(self.b)
+        StateRepo.clone(str(self.bare), self.b).close()
 
     def human(self) -> StateRepo:
         return StateRepo(self.a.agent_dir, writer="human", actor="operator", clock=self.clock)

@@ -26,7 +26,8 @@ from gitstate.layout import JOURNAL_REF
 from gitstate.repo import StateRepo
 from gitstate.runcheck import replay_problems
 from gitstate.runformat import PREFIX
-from tests.helpers import GIT, Clock, install_pre_receive
+from gitstate.trust import Trust
+from tests.helpers import GIT, Clock, SigningKeys, install_pre_receive, trust_remote
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(GIT is None, reason="needs the git CLI for the remote")]
@@ -46,9 +47,10 @@ STEPS = st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 5)), min_size=4,
 class Agent:
     """One clone: its runtime and its human, sharing a clock that starts days back."""
 
-    def __init__(self, repo: StateRepo, clock: Clock) -> None:
+    def __init__(self, repo: StateRepo, clock: Clock, human_key: Path | None = None) -> None:
         self.rt, self.clock = repo, clock
-        self.human = StateRepo(repo.agent_dir, writer="human", actor="operator", clock=clock)
+        self.human = StateRepo(repo.agent_dir, writer="human", actor="operator", clock=clock,
+                               signing_key=human_key)
 
     def close(self) -> None:
         self.human.close()
@@ -119,23 +121,36 @@ def _all_rederive(repo: StateRepo) -> None:
     writers = dict(schema.run_writers) if schema else {}
     for name, run_head in store.refs_under(PREFIX).items():
         assert replay_problems(store, name, run_head, writers, main=head, foreign=True,
-                               now=time.time()) == [], name
+                               now=time.time(), trust=Trust.of(repo.config)) == [], name
     journal = store.ref(JOURNAL_REF)
     if journal:
         assert refusals.check_update(store, None, journal) == []
 
 
-def _round_trip(first: list[tuple[str, int]], second: list[tuple[str, int]]) -> dict[str, int]:
-    """Both sequences, pushed and pulled; what A holds at the end (for the fixed case)."""
+def _round_trip(first: list[tuple[str, int]], second: list[tuple[str, int]], *,
+                signed: bool = False) -> dict[str, int]:
+    """Both sequences, pushed and pulled; what A holds at the end (for the fixed case).
+    ``signed``: every role claim is proved by a real SSH signature (each clone's runtime
+    and the human have keys; clones and server verify by the allowed signers), else the
+    clones and the server take their remote's claims (``trust_remote``)."""
     root = Path(tempfile.mkdtemp(prefix="gitstate-rederive-"))
     try:
         bare = root / "remote.git"
         subprocess.run([GIT or "git", "init", "-q", "--bare", "-b", "main", str(bare)],
                        check=True)
-        install_pre_receive(bare, root)
+        install_pre_receive(bare, root, trust_remote=not signed)
+        keys = SigningKeys(root / "keys", "runtime:a", "runtime:b", "human:alice") \
+            if signed else None
+        if keys:
+            keys.config(root / "a", "runtime:a")
+            subprocess.run([GIT or "git", "-C", str(bare), "config", "gitstate.allowedSigners",
+                            str(keys.allowed)], check=True)
+        else:
+            trust_remote(root / "a")
+        human_key = keys.keys["human:alice"] if keys else None
         start = datetime.now(UTC).replace(microsecond=0) - timedelta(days=20)
         clock_a = Clock(start)
-        a = Agent(StateRepo.init(root / "a", clock=clock_a), clock_a)
+        a = Agent(StateRepo.init(root / "a", clock=clock_a), clock_a, human_key)
         a.rt.set_schema(SCHEMAS[0], "tools that need a human")
         a.rt.store.set_remote_url(str(bare))
         for op, n in first:
@@ -143,9 +158,13 @@ def _round_trip(first: list[tuple[str, int]], second: list[tuple[str, int]]) -> 
         _all_rederive(a.rt)
         pushed = a.rt.push()  # through the real hook: the same rule on the server
         assert not pushed.runs.get("refused"), pushed.runs
+        if keys:  # before the clone: it checks what it takes by B's own trust settings
+            keys.config(root / "b", "runtime:b")
+        else:
+            trust_remote(root / "b")
         StateRepo.clone(str(bare), root / "b").close()
         clock_b = Clock(clock_a.now + timedelta(minutes=5))
-        b = Agent(StateRepo(root / "b", clock=clock_b), clock_b)
+        b = Agent(StateRepo(root / "b", clock=clock_b), clock_b, human_key)
         b.rt.pull()
         for op, n in second:
             b.act(op, n)
@@ -178,12 +197,12 @@ def test_honest_work_always_rederives_across_clones(first: list[tuple[str, int]]
 def test_every_namespace_in_one_honest_round_trip() -> None:
     """A fixed sequence that reaches every kind of commit, so the property above is known to
     cover them: an approval recorded in a high-risk run on each clone, spends, a refusal, a
-    clock that stepped back, a schema change with other TTLs."""
+    clock that stepped back, a schema change with other TTLs — and every claim signed."""
     first = [("request", 1), ("run_start", 1), ("run_side_effect", 1), ("approve", 0),
              ("run_approval", 0), ("consume", 0), ("refused", 0), ("clock_back", 2),
              ("set_ttl", 1), ("schema", 1), ("request", 2), ("handoff", 1), ("clear", 0)]
     second = [("set", 0), ("request", 3), ("deny", 0), ("run_start", 3),
               ("run_side_effect", 3), ("run_approval", 0), ("later", 30), ("request", 5),
               ("refused", 1), ("clock_back", 5), ("handoff", 2), ("clear", 0)]
-    held = _round_trip(first, second)
+    held = _round_trip(first, second, signed=True)
     assert held["recorded"] >= 2 and held["consumed"] >= 1 and held["journal"] == 1, held

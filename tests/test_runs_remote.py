@@ -11,7 +11,7 @@ import pytest
 from gitstate.errors import GitStateError
 from gitstate.repo import StateRepo
 from gitstate.runformat import PREFIX
-from tests.helpers import GIT, git, install_pre_receive
+from tests.helpers import GIT, git, install_pre_receive, trust_remote
 
 pytestmark = pytest.mark.skipif(GIT is None, reason="needs the git CLI for the remote")
 RUN = "refund-O-104"
@@ -26,6 +26,7 @@ def _bare(root: Path) -> Path:
 
 def _pair(tmp_path: Path) -> tuple[StateRepo, StateRepo, Path]:
     bare = _bare(tmp_path)
+    trust_remote(tmp_path / "a")  # runtime events come back from b unsigned
     a = StateRepo.init(tmp_path / "a")
     a.set("stop_loss.2317", 262, "rule")
     a.store.set_remote_url(str(bare))
@@ -34,7 +35,9 @@ def _pair(tmp_path: Path) -> tuple[StateRepo, StateRepo, Path]:
     a.runs.event(RUN, {"type": "question_opened", "question": "amount?"}, "ask")
     pushed = a.push()
     assert pushed.runs == {"pushed": [RUN], "refused": {}}
-    b = StateRepo.clone(str(bare), tmp_path / "b")
+    StateRepo.clone(str(bare), tmp_path / "b").close()
+    trust_remote(tmp_path / "b")
+    b = StateRepo(tmp_path / "b")
     return a, b, bare
 
 

@@ -1,0 +1,161 @@
+"""Who may claim a role across machines: a human decision, a write of a human-only key or a
+runtime run event from another clone counts only when it is signed, in git's own format, by
+a key the allowed signers give that role — checked by pull and by the real pre-receive
+hook; and plain git verifies the same signatures (`git log --show-signature`,
+`git verify-commit`) with the same allowed-signers file."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gitstate.errors import GitStateError
+from gitstate.repo import StateRepo
+from gitstate.runformat import PREFIX
+from tests.helpers import GIT, SigningKeys, git, install_pre_receive
+from tests.test_wire import Snapshot, _rule_of
+
+pytestmark = pytest.mark.skipif(GIT is None or shutil.which("ssh-keygen") is None,
+                                reason="needs the git CLI and OpenSSH's ssh-keygen")
+SCHEMA = """\
+version: 1
+unknown_keys: allow
+keys:
+  limit.daily: {type: integer, writers: [human]}
+approvals:
+  refund: {writers: [human], ttl_hours: 24}
+"""
+ARGS = {"order": "O-1", "amount": 120}
+RUN = "refund-O-1"
+
+
+class Pair:
+    """A (whose runtime signs as runtime:a; its human signs only when given a key), a plain
+    bare remote, a guarded one (the hook verifying by the same allowed signers) and B, a
+    clone that verifies by them too."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.keys = SigningKeys(tmp / "keys", "human:alice", "runtime:a")
+        self.plain = tmp / "srv" / "plain.git"
+        self.guarded = tmp / "srv" / "guarded.git"
+        for bare in (self.plain, self.guarded):
+            subprocess.run([GIT or "git", "init", "-q", "--bare", "-b", "main", str(bare)],
+                           check=True)
+        install_pre_receive(self.guarded, tmp, trust_remote=False)
+        git(self.guarded, "config", "gitstate.allowedSigners", str(self.keys.allowed))
+        self.keys.config(tmp / "a", None)
+        self.a = StateRepo.init(tmp / "a", signing_key=self.keys.keys["runtime:a"])
+        self.a.set_schema(SCHEMA, "refunds and the daily limit are a human's")
+        self.approval = self.a.request_approval("refund", ARGS, "the customer asked")
+        self.a.runs.start(RUN, description="refund O-1", criteria=["refunded"],
+                          reason="the customer asked")
+        self.a.store.set_remote_url(str(self.plain))
+        self.a.push()
+        git(self.plain, "push", "-q", str(self.guarded), "main", f"{PREFIX}{RUN}")
+        self.b = tmp / "b"
+        self.keys.config(self.b, None)
+        StateRepo.clone(str(self.plain), self.b).close()
+        with StateRepo(self.b) as b:
+            b.pull()
+
+    def human(self, principal: str | None) -> StateRepo:
+        key = self.keys.keys[principal] if principal else None
+        return StateRepo(self.a.agent_dir, writer="human", actor="alice", signing_key=key)
+
+    def push_to_guarded(self, ref: str = "main") -> subprocess.CompletedProcess[str]:
+        return subprocess.run([GIT or "git", "-C", str(self.plain), "push", str(self.guarded),
+                               ref], capture_output=True, text=True, timeout=60, check=False)
+
+    def b_pulls(self) -> GitStateError | None:
+        with StateRepo(self.b) as b:
+            try:
+                b.pull()
+            except GitStateError as exc:
+                return exc
+        return None
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Pair:
+    return Pair(tmp_path)
+
+
+def _decide(pair: Pair, signer: str | None) -> None:
+    with pair.human(signer) as human:
+        human.approve(pair.approval, "the order checks out")
+    pair.a.push()
+
+
+def test_a_decision_signed_by_an_allowed_human_is_taken_and_git_verifies_it(
+        pair: Pair) -> None:
+    _decide(pair, "human:alice")
+    pushed = pair.push_to_guarded()
+    assert pushed.returncode == 0, pushed.stderr
+    assert pair.b_pulls() is None
+    with StateRepo(pair.b) as b:
+        assert b.can_run("refund", ARGS)
+    # the git CLI, the independent checker, with the same allowed-signers file
+    shown = subprocess.run([GIT or "git", "-C", str(pair.b / "state"), "-c",
+                            f"gpg.ssh.allowedSignersFile={pair.keys.allowed}", "log",
+                            "--show-signature", "-1"], capture_output=True, text=True,
+                           check=True)
+    assert 'Good "git" signature for human:alice' in shown.stdout + shown.stderr, shown
+    verified = subprocess.run([GIT or "git", "-C", str(pair.b / "state"), "-c",
+                               f"gpg.ssh.allowedSignersFile={pair.keys.allowed}",
+                               "verify-commit", "HEAD"], capture_output=True, text=True,
+                              check=False)
+    assert verified.returncode == 0, verified.stderr
+
+
+@pytest.mark.parametrize(("signer", "rule"), [(None, "trust.unsigned"),
+                                              ("runtime:a", "trust.wrong_role")])
+def test_a_decision_not_signed_as_human_is_refused(pair: Pair, signer: str | None,
+                                                   rule: str) -> None:
+    _decide(pair, signer)
+    before = Snapshot(pair.b)
+    err = pair.b_pulls()
+    assert err is not None and _rule_of(err) == rule, err
+    before.unchanged()
+    refused = pair.push_to_guarded()
+    assert refused.returncode != 0 and f"[{rule}]" in refused.stderr, refused.stderr
+
+
+def test_without_signers_a_claim_from_elsewhere_is_refused(pair: Pair) -> None:
+    """B with no allowed signers and no trust in its remote cannot tell who decided."""
+    (pair.b / "config.toml").write_text("", encoding="utf-8")
+    _decide(pair, "human:alice")
+    err = pair.b_pulls()
+    assert err is not None and _rule_of(err) == "trust.unverified_claim", err
+
+
+def test_a_human_only_key_needs_a_human_signature(pair: Pair) -> None:
+    with pair.human(None) as human:
+        human.set("limit.daily", 500, "raised for the sale")
+    pair.a.push()
+    err = pair.b_pulls()
+    assert err is not None and _rule_of(err) == "trust.unsigned", err
+    refused = pair.push_to_guarded()
+    assert refused.returncode != 0 and "[trust.unsigned]" in refused.stderr, refused.stderr
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_a_runtime_event_needs_a_runtime_signature(pair: Pair, signed: bool) -> None:
+    key = pair.keys.keys["runtime:a"] if signed else None
+    with StateRepo(pair.a.agent_dir, signing_key=key) as runtime:
+        runtime.runs.event(RUN, {"type": "tool_result_recorded", "tool_call_id": "c1",
+                                 "evidence_ref": "order:O-1",
+                                 "observed_at": "2026-08-13T01:00:00Z"}, "looked it up")
+    pair.a.push()
+    err = pair.b_pulls()
+    pushed = pair.push_to_guarded(f"{PREFIX}{RUN}")
+    if signed:
+        assert err is None
+        assert pushed.returncode == 0, pushed.stderr
+    else:
+        assert err is not None and err.rule == "remote.run_invalid", err
+        assert "[trust.unsigned]" in err.message, err.message
+        assert pushed.returncode != 0 and "[trust.unsigned]" in pushed.stderr, pushed.stderr
