@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import os
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import locking, maintenance, planners, requests, rules, sshsig
+from . import ledger, locking, maintenance, planners, requests, rules, trust
 from .approval_api import ApprovalMethods
 from .config import LOCALES, Config, load_config, resolve_tz
 from .engine import WriteEngine, identity, tz_offset
@@ -46,7 +45,6 @@ from .store import GitStore, ref_names
 from .store.transport import limits_for
 from .sync import Remote, clone
 from .trailers import Change
-from .trust import Trust
 
 HISTORY_IN_GET = 20
 
@@ -84,9 +82,8 @@ class StateRepo(ApprovalMethods, RunMethods):
         self.store = GitStore(self.state_dir)
         self.store.set_durability(self.config.durability)
         self.store.limits = limits_for(self.config)
-        key = signing_key or os.environ.get("GITSTATE_SIGNING_KEY") or self.config.signing_key
-        if key:  # every commit this opening writes is signed (docs/security.md)
-            self.store.signer = functools.partial(sshsig.sign, key=str(key))
+        self.store.signer = trust.signer(  # every commit of this opening (docs/remote.md)
+            signing_key or os.environ.get("GITSTATE_SIGNING_KEY") or self.config.signing_key)
         self.projection = Projection(self.state_dir)
         self.reader = StateReader(self.state_dir, self.store, self.projection)
         self.tree = MainTree(self.reader)
@@ -99,9 +96,7 @@ class StateRepo(ApprovalMethods, RunMethods):
         if self.config.sync == "remote-first":
             self.engine.committer = self.remote
         self.observations: dict[str, Observation] = {}
-        from .ledger import session_id
-
-        self._session = session_id()  # this opening, in the Gitstate-Process of run events
+        self._session = ledger.session_id()  # this opening, in run events' Gitstate-Process
         if self.store.head() is None:
             raise NotInitialized(f"{self.state_dir} has no commit on main; run `gitstate init`")
         self.tree.repair_on_open()
@@ -436,7 +431,7 @@ class StateRepo(ApprovalMethods, RunMethods):
         # each fetch waits on the network without the write lock, then takes it to check
         result.runs = runsync.pull(self.store, self.remote.url(),
                                    dict(schema.run_writers) if schema else {},
-                                   lock=self.engine.locked, trust=Trust.of(self.config))
+                                   lock=self.engine.locked, trust=trust.Trust.of(self.config))
         result.runs["refusal_journals"] = refusals.pull(self.store, self.remote.url(),
                                                         lock=self.engine.locked)
         return result

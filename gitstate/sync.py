@@ -165,7 +165,7 @@ class Remote:
                 when = max(info.time, store.commit_times(base)[1]) if base else info.time
                 candidate = store.make_commit(base, files, info.message,
                                               info.author.encode(), when, 0, author_time=when)
-                problems = foreign.check_range(store, base, candidate, self.config)
+                problems = foreign.check_range(store, base, candidate, self.config, own=True)
                 if problems:
                     raise Refused(foreign.summary(problems), rule=problems[0].rule)
             except (GitStateError, NotAGitstateCommit, ReplayError) as exc:

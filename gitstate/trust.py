@@ -16,6 +16,8 @@ repository's git config (``gitstate.allowedSigners``, ``gitstate.trustRemote``).
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING
 from . import sshsig
 
 if TYPE_CHECKING:
-    from collections.abc import Collection
+    from collections.abc import Callable, Collection
 
     from .config import Config
     from .store import GitStore
@@ -57,6 +59,11 @@ class Trust:
         signers, remote = value(b"allowedSigners"), value(b"trustRemote") or b""
         return cls(signers.decode("utf-8", "replace") if signers else None,
                    remote.lower() in (b"true", b"yes", b"on", b"1"))
+
+
+def signer(key: str | os.PathLike[str] | None) -> Callable[[bytes], bytes] | None:
+    """What a store signs its commits with for ``key`` (None: unsigned)."""
+    return functools.partial(sshsig.sign, key=str(key)) if key else None
 
 
 def claim_problem(store: GitStore, commit: str, roles: Collection[str],

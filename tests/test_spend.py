@@ -22,7 +22,7 @@ import pytest
 from gitstate import audit
 from gitstate.errors import GitStateError, Refused, StoreError
 from gitstate.repo import StateRepo
-from tests.helpers import GIT, free_port, run_cli
+from tests.helpers import GIT, free_port, run_cli, trust_remote
 from tests.hostile_git_server import git_daemon
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,6 +96,7 @@ def test_a_body_that_raises_leaves_an_audited_outcome(repo: StateRepo, tmp_path:
     subprocess.run([GIT or "git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
     repo.store.set_remote_url(str(bare))
     repo.push()
+    trust_remote(tmp_path / "clone")  # the human's decision arrives as a claim
     clone = StateRepo.clone(str(bare), tmp_path / "clone")
     assert clone.state().keys[f"approval.{approval}"].value == record
     clone.close()
@@ -270,11 +271,12 @@ def _race_clones(tmp_path: Path, url: str) -> None:
         desk.set_schema(SCHEMA, "refunds need an approval")
         desk.store.set_remote_url(url)
         desk.push()
+    for name in ("desk", "x", "y"):  # the clones take each other's decisions as claims
+        (tmp_path / name).mkdir(exist_ok=True)
+        (tmp_path / name / "config.toml").write_text(
+            '[gitstate]\nsync = "remote-first"\n' + ROOMY + "\n[trust]\ntrust_remote = true\n")
     for name in ("x", "y"):
         StateRepo.clone(url, tmp_path / name).close()
-    for name in ("desk", "x", "y"):
-        (tmp_path / name / "config.toml").write_text(
-            '[gitstate]\nsync = "remote-first"\n' + ROOMY)
     with StateRepo(tmp_path / "desk") as desk:
         won = _race(tmp_path, [tmp_path / "x", tmp_path / "y"],
                     lambda n: _approved(desk, {"round": n}))
@@ -327,6 +329,7 @@ def test_a_decision_re_applied_by_push_keeps_the_commit_it_was_made_on(
     approval = repo.request_approval("refund", ARGS, "asked")
     seen = repo.head()
     repo.push()
+    trust_remote(tmp_path / "other")
     with StateRepo.clone(str(bare), tmp_path / "other") as other:
         other.set("note", "meanwhile", "the remote moves on")
         other.push()

@@ -134,9 +134,6 @@ class RepoBase:
         # checks the object's size from its header first and parses trees and commits by
         # git fsck's rules (``rawobj``); set by ``use_quarantine`` and the fetch quarantine
         self.strict = False
-        # signs each commit this store writes (``sshsig.sign`` with the configured key), or
-        # None: commits are unsigned
-        self.signer: Callable[[bytes], bytes] | None = None
         self._object_dirs = [f"{self.git_path}/objects"]
         self._headers: Headers | None = None
 
@@ -405,10 +402,6 @@ class RepoBase:
         elif type_num == 1:
             rawobj.check_commit(raw)
         return ShaFile.from_raw_string(type_num, raw, sha)
-
-    def raw_commit(self, commit: str) -> bytes:
-        """The commit object's bytes as stored (its signature included)."""
-        return self._commit(commit).as_raw_string()
 
     def _commit(self, commit: str) -> Commit:
         return self._read_as(ObjectID(commit.encode()), Commit, f"commit {commit}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dulwich.objects import ObjectID
@@ -45,6 +46,14 @@ class _RefLock:
 
 class CommitOps(RepoBase):
     """Commits and refs (see the module docstring)."""
+
+    # signs each commit this store writes (``sshsig.sign`` with the configured key, as
+    # ``trust.signer`` makes it); None: commits are unsigned
+    signer: Callable[[bytes], bytes] | None = None
+
+    def raw_commit(self, commit: str) -> bytes:
+        """The commit object's bytes as stored (its signature included)."""
+        return self._commit(commit).as_raw_string()
 
     def commit(self, base: str | None, files: dict[str, bytes | None], message: bytes,
                identity: bytes, when: int, tz_offset: int = 0,
