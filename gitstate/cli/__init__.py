@@ -91,6 +91,14 @@ def cli(ctx: click.Context, agent_dir: Path) -> None:
     change (the message is the reason). Start with `gitstate init`, then `gitstate set`,
     and inject `gitstate render` into every wake-up. Try `gitstate demo`.
 
+    \b
+    Examples:
+      gitstate demo
+      gitstate init
+      gitstate set stop_loss.2317 262 --reason "break = exit" --ttl-hours 4.5
+      gitstate render
+      gitstate log --key stop_loss.2317
+
     Exit status: 0 success; 1 a rule refused the call (stderr names the rule, nothing was
     written); 2 a usage error or an uninitialised directory; 3 the repository cannot be used.
     """

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import click
 
-from .context import Ctx, emit, finish, json_option
+from .context import EXITS, Ctx, emit, examples, finish, json_option
 
 
+@examples(exits=EXITS)
 @click.command()
 @click.option("--all", "show_all", is_flag=True,
               help="Also decided, consumed and expired approvals (default: pending ones).")
@@ -59,7 +60,9 @@ def _decide(approve: bool) -> click.Command:
 
     decide.help = (f"{verb.capitalize()} the pending approval APPROVAL_ID (one commit; only "
                    "a writer its schema policy names, human by default).")
-    return decide
+    why = "ticket T-1 checked" if approve else "amount too high"
+    return examples(f'gitstate {verb} 209406bd0bee --reason "{why}"', "gitstate approvals")(
+        decide)
 
 
 approve = _decide(True)
@@ -74,6 +77,10 @@ class CallFailed(Exception):
         self.status = status
 
 
+@examples(
+    exits="Exit: COMMAND's own status once it ran; before it: 1 refused (approval.not_runnable, "
+          "approval.offline, ...), 2 a usage error, 3 the repository cannot be used.",
+)
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.argument("approval_id")
 @click.option("--tool", required=True, help="The tool the approval froze.")

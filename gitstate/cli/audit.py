@@ -11,7 +11,17 @@ import click
 
 from .. import textsafe
 from ..errors import Refused
-from .context import Ctx, did_you_mean, emit, json_option, shown, time_help, value_text
+from .context import (
+    EXITS,
+    Ctx,
+    did_you_mean,
+    emit,
+    examples,
+    json_option,
+    shown,
+    time_help,
+    value_text,
+)
 
 When = Callable[[str | None], str]
 
@@ -35,6 +45,7 @@ def _log_line(rec: dict[str, Any], when: When) -> str:
             f"{first}")
 
 
+@examples(exits=EXITS)
 @click.command()
 @click.option("--key", help="Only changes of this key.")
 @click.option("-n", "limit", type=click.IntRange(1), help="At most N changes.")
@@ -142,6 +153,7 @@ THREAD_HELP = ("A LangGraph checkpoint thread instead of main: REV is a checkpoi
                "an abbreviated commit of that thread (default: its newest checkpoint).")
 
 
+@examples("gitstate show", "gitstate show HEAD~2 --patch", "gitstate show --thread refund-O-104")
 @click.command()
 @click.argument("rev", default="HEAD")
 @click.option("--patch", is_flag=True, help="Also print the raw git diff.")
@@ -210,6 +222,7 @@ def _diff_lines(d: dict[str, Any], when: When) -> list[str]:
     return out or ["(no key-level change)"]
 
 
+@examples("gitstate diff HEAD~3", "gitstate diff HEAD~3 HEAD --json")
 @click.command()
 @click.argument("rev_a")
 @click.argument("rev_b", default="HEAD")
@@ -240,6 +253,7 @@ def diff(obj: Ctx, rev_a: str, rev_b: str, thread: str | None, ns: str,
          lambda safe: "\n".join(_diff_lines(safe, obj.when)))
 
 
+@examples("gitstate blame", "gitstate blame --json")
 @click.command()
 @json_option
 @click.pass_obj
@@ -257,6 +271,12 @@ def blame(obj: Ctx, as_json: bool) -> None:
     emit(data, as_json, text)
 
 
+@examples(
+    "gitstate verify",
+    "gitstate verify --no-git --json",
+    exits="Exit: 0 every check passed; 1 a check failed (verify.failed; each failure says what "
+          "to do); 2 an uninitialised directory; 3 the repository cannot be opened.",
+)
 @click.command()
 @click.option("--no-git", is_flag=True, help="Skip `git fsck` even when git is installed.")
 @json_option
@@ -285,6 +305,7 @@ def verify(obj: Ctx, no_git: bool, as_json: bool) -> None:
         raise Refused(f"verify failed: {failed}", rule="verify.failed")
 
 
+@examples("gitstate history", "gitstate history --rebuild")
 @click.command()
 @click.option("--rebuild", is_flag=True, help="Rewrite working_state_history.jsonl from git.")
 @click.pass_obj
@@ -298,6 +319,7 @@ def history(obj: Ctx, rebuild: bool) -> None:
             click.echo(str(repo.projection.path))
 
 
+@examples("gitstate gc", "gitstate gc --json")
 @click.command()
 @click.option("--auto", is_flag=True, hidden=True, help="Run as automatic maintenance.")
 @json_option

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..results import WriteResult
 
 F = TypeVar("F", bound=Callable[..., Any])
+C = TypeVar("C", bound=click.Command)
 _NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?")
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_STORE = 0, 1, 2, 3
@@ -33,6 +34,21 @@ TIME_NOTE = ("A time without an offset is in the agent's time zone (config.toml 
              "timezone; unset: the machine's).")
 AT_HELP = ("The state a wake-up saw at this ISO 8601 time, or at this revision (a commit "
            "id, HEAD~N), with expiry evaluated at that moment. " + TIME_NOTE)
+
+
+EXITS = ("Exit: 0 ok; 1 a rule refused (stderr names it, nothing written; a bad config.toml "
+         "too); 2 a usage error or an uninitialised directory; 3 the repository cannot be "
+         "used.")
+
+
+def examples(*lines: str, exits: str = EXITS) -> Callable[[C], C]:
+    """A command's help ends with its examples (none here: its docstring has them) and its
+    exit codes; a test holds every command to both."""
+    def apply(command: C) -> C:
+        block = "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines) if lines else ""
+        command.epilog = "\n\n".join(part for part in (block, exits) if part)
+        return command
+    return apply
 
 
 def time_help(text: str) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ..model import display_value, format_time
-from .context import AT_HELP, Ctx, emit, json_option, time_help, warn
+from .context import AT_HELP, Ctx, emit, examples, json_option, time_help, warn
 
 
 def _get_text(data: dict[str, Any], when: Callable[[str | None], str]) -> str:
@@ -38,6 +38,7 @@ def _get_text(data: dict[str, Any], when: Callable[[str | None], str]) -> str:
     return "\n".join(lines)
 
 
+@examples("gitstate get", "gitstate get --at 2026-08-13T11:03 --json")
 @click.command()
 @click.option("--now", help=time_help("Evaluate expiry at this ISO 8601 time."))
 @click.option("--at", "at", help=AT_HELP)
@@ -60,6 +61,11 @@ def get(obj: Ctx, now: str | None, at: str | None, history_n: int, as_json: bool
     emit(view, as_json, lambda d: _get_text(d, obj.when))
 
 
+@examples(
+    "gitstate render",
+    "gitstate render --at 2026-08-13T11:03",
+    "gitstate render --locale en --now 2026-08-13T14:00",
+)
 @click.command()
 @click.option("--locale", type=click.Choice(["zh-TW", "en", "ja"]),
               help="Section language (default: [gitstate] locale, zh-TW).")
@@ -113,6 +119,12 @@ def render(obj: Ctx, locale: str | None, now: str | None, at: str | None,
     sys.stdout.write(text)
 
 
+@examples(
+    "gitstate hook claude-code --event SessionStart",
+    "gitstate hook plain --max-chars 4000",
+    exits="Exit: 0, also when there is nothing to print; 1 any error, on stderr (never 2, which "
+          "would block a Claude Code prompt).",
+)
 @click.command()
 @click.argument("runtime", type=click.Choice(["claude-code", "plain"]))
 @click.option("--event", help="Claude Code hook event name (default: read from stdin).")
@@ -164,6 +176,7 @@ def _reproduce(obj: Ctx, receipt_id: str) -> None:
     sys.stdout.write(text)
 
 
+@examples("gitstate receipts -n 5", "gitstate receipts --since 2026-08-13T09:00 --json")
 @click.command()
 @click.option("--since", help=time_help("Only wake-ups at or after this ISO 8601 time."))
 @click.option("-n", "limit", type=click.IntRange(1), help="At most N receipts.")

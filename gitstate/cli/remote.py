@@ -11,14 +11,19 @@ import click
 
 from .. import textsafe
 from ..errors import Refused
-from .context import Ctx, emit, json_option, shown
+from .context import EXITS, Ctx, emit, examples, json_option, shown
 
 
+@examples("gitstate remote set git://server/agents/trader.git", "gitstate remote show")
 @click.group()
 def remote() -> None:
     """The state repository's remote (any git server: path, git://, http(s)://, ssh://)."""
 
 
+@examples(
+    "gitstate remote set git://server/agents/trader.git",
+    "gitstate remote set ../mirror/trader.git",
+)
 @remote.command("set")
 @click.argument("url")
 @click.pass_obj
@@ -29,6 +34,11 @@ def remote_set(obj: Ctx, url: str) -> None:
     click.echo(f"remote set to {url}")
 
 
+@examples(
+    "gitstate remote show",
+    exits="Exit: 0 a remote is set; 1 none is set; 2 an uninitialised directory; 3 the "
+          "repository cannot be used.",
+)
 @remote.command("show")
 @click.pass_obj
 def remote_show(obj: Ctx) -> None:
@@ -40,6 +50,7 @@ def remote_show(obj: Ctx) -> None:
     click.echo(url)
 
 
+@examples("gitstate remote unset")
 @remote.command("unset")
 @click.pass_obj
 def remote_unset(obj: Ctx) -> None:
@@ -80,6 +91,7 @@ def _against_remote(data: dict[str, Any]) -> str:
     return f"remote {data['remote_url']}: {ahead}, {data['behind']} behind"
 
 
+@examples("gitstate push", "gitstate push --json")
 @click.command()
 @json_option
 @click.pass_obj
@@ -97,6 +109,7 @@ def push(obj: Ctx, as_json: bool) -> None:
                       rule="remote.conflict")
 
 
+@examples("gitstate pull", "gitstate pull --json")
 @click.command()
 @json_option
 @click.pass_obj
@@ -107,6 +120,7 @@ def pull(obj: Ctx, as_json: bool) -> None:
     emit(result, as_json, _sync_text)
 
 
+@examples("gitstate status", "gitstate status --json")
 @click.command()
 @json_option
 @click.pass_obj
@@ -124,6 +138,7 @@ def status(obj: Ctx, as_json: bool) -> None:
     emit(status, as_json, text)
 
 
+@examples("gitstate clone git://server/agents/trader.git /srv/agents/trader-2")
 @click.command()
 @click.argument("url")
 @click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
@@ -137,6 +152,11 @@ def clone(obj: Ctx, url: str, directory: Path | None) -> None:
         click.echo(f"cloned {url} into {repo.state_dir} (main at {repo.head()[:12]})")
 
 
+@examples(
+    "gitstate verify-push \"$old\" \"$new\" refs/heads/main --git-dir /srv/git/trader.git",
+    exits="Exit: 0 the update may land; 1 it is refused (each problem on stderr, "
+          "verify_push.failed); 2 a usage error; 3 the repository cannot be used.",
+)
 @click.command("verify-push")
 @click.argument("old")
 @click.argument("new")
@@ -160,6 +180,7 @@ def verify_push(old: str, new: str, ref: str, git_dir: Path) -> None:
         raise Refused(f"push refused: {len(problems)} problem(s)", rule="verify_push.failed")
 
 
+@examples(exits=EXITS)
 @click.command()
 @click.argument("root", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("--expiring-hours", type=float, default=4.0, show_default=True,

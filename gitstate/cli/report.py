@@ -7,9 +7,13 @@ from pathlib import Path
 import click
 
 from ..httpguard import REQUEST_SECONDS
-from .context import Ctx
+from .context import Ctx, examples
 
 
+@examples(
+    "gitstate report --html site",
+    "gitstate report --html /tmp/fleet-site --fleet /srv/agents",
+)
 @click.command()
 @click.option("--html", "out", required=True, type=click.Path(file_okay=False,
               path_type=Path), help="The directory to write the site to (made if absent).")
@@ -36,6 +40,13 @@ def report(obj: Ctx, out: Path, fleet_root: Path | None) -> None:
     click.echo(f"wrote {pages} pages: {(out / 'index.html').resolve().as_uri()}")
 
 
+@examples(
+    "gitstate serve",
+    "gitstate serve --host 0.0.0.0 --port 8080 --token-env GITSTATE_REPORT_TOKEN",
+    exits="Exit: 0 after Ctrl-C; 1 refused (a token missing off loopback, a bad config.toml); 2 "
+          "a usage error (a --port in use, an uninitialised directory); 3 the repository cannot "
+          "be used.",
+)
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind. Anything but loopback needs a bearer token.")

@@ -8,9 +8,19 @@ from typing import Any
 import click
 
 from ..errors import UsageError
-from .context import Ctx, emit, json_option, parse_json_value, parse_value, time_help
+from .context import (
+    EXITS,
+    Ctx,
+    emit,
+    examples,
+    json_option,
+    parse_json_value,
+    parse_value,
+    time_help,
+)
 
 
+@examples(exits=EXITS)
 @click.group()
 def run() -> None:
     """Runs: a goal and its working state, one commit per event on refs/heads/runs/RUN_ID.
@@ -40,6 +50,10 @@ def _text(view: Any) -> str:
     return "\n".join(lines)
 
 
+@examples(
+    "gitstate run start refund-O-104 --goal \"refund order O-104\" --criterion \"refund "
+    "issued\" --reason \"customer asked\" --deadline 2026-08-14T18:00",
+)
 @run.command()
 @click.argument("run_id")
 @click.option("--goal", "description", required=True, help="What the run must achieve.")
@@ -76,6 +90,10 @@ def start(obj: Ctx, run_id: str, description: str, criteria: tuple[str, ...],
     emit(view.to_dict(), as_json, _text)
 
 
+@examples(
+    "gitstate run event refund-O-104 '{\"type\": \"question_opened\", \"question\": "
+    "\"amount?\"}' --reason unclear",
+)
 @run.command()
 @click.argument("run_id")
 @click.argument("event_json")
@@ -96,6 +114,7 @@ def event(obj: Ctx, run_id: str, event_json: str, reason: str, writer: str,
     emit(view.to_dict(), as_json, _text)
 
 
+@examples("gitstate run cancel refund-O-104 --reason \"customer withdrew\"")
 @run.command()
 @click.argument("run_id")
 @click.option("--reason", "-r", required=True)
@@ -108,6 +127,10 @@ def cancel(obj: Ctx, run_id: str, reason: str, as_json: bool) -> None:
     emit(view.to_dict(), as_json, _text)
 
 
+@examples(
+    "gitstate run show refund-O-104",
+    "gitstate run show refund-O-104 --at 2026-08-13T11:03 --json",
+)
 @run.command()
 @click.argument("run_id")
 @click.option("--at", "at", metavar="REV|TIME", help=time_help(
@@ -130,6 +153,10 @@ def show(obj: Ctx, run_id: str, at: str | None, as_json: bool) -> None:
     emit(view.to_dict(), as_json, _text)
 
 
+@examples(
+    "gitstate run promote refund-O-104 --key refund.O-104 --value 120 --evidence ledger:T-1 "
+    "--reason \"refund confirmed\"",
+)
 @run.command()
 @click.argument("run_id")
 @click.option("--key", required=True, help="The key of the durable table to set.")
@@ -154,6 +181,7 @@ def promote(obj: Ctx, run_id: str, key: str, raw: str, evidence: str, reason: st
          f"{d['commit'][:12]}")
 
 
+@examples("gitstate run stats", "gitstate run stats --json")
 @run.command()
 @json_option
 @click.pass_obj
@@ -180,6 +208,7 @@ def stats(obj: Ctx, as_json: bool) -> None:
     emit(data, as_json, text)
 
 
+@examples("gitstate run next refund-O-104")
 @run.command("next")
 @click.argument("run_id")
 @json_option
@@ -191,6 +220,7 @@ def next_(obj: Ctx, run_id: str, as_json: bool) -> None:
     emit(nxt, as_json, f"{nxt['action']}: {nxt['reason']}")
 
 
+@examples("gitstate run list", "gitstate run list --json")
 @run.command("list")
 @json_option
 @click.pass_obj
@@ -203,6 +233,11 @@ def list_(obj: Ctx, as_json: bool) -> None:
         for r in d["runs"]) or "(no runs)")
 
 
+@examples(
+    "gitstate run verify refund-O-104",
+    exits="Exit: 0 the ledger replays exactly; 1 it does not (run.replay), or no such run; 2 a "
+          "usage error or an uninitialised directory; 3 the repository cannot be used.",
+)
 @run.command()
 @click.argument("run_id")
 @json_option

@@ -9,14 +9,20 @@ import click
 
 from ..errors import Refused, UsageError
 from ..layout import SCHEMA_FILE
-from .context import Ctx, emit, finish, json_option, parse_json_value
+from .context import Ctx, emit, examples, finish, json_option, parse_json_value
 
 
+@examples(
+    "gitstate schema show",
+    "gitstate schema check schema.yaml",
+    "gitstate schema set schema.yaml --reason \"v2: stop losses are numbers\"",
+)
 @click.group()
 def schema() -> None:
     """The typed-state schema (schema.yaml in the state repository)."""
 
 
+@examples("gitstate schema show", "gitstate schema show --rev HEAD~1")
 @schema.command("show")
 @click.option("--rev", default=None, help="Show the schema at this revision.")
 @click.pass_obj
@@ -33,6 +39,7 @@ def schema_show(obj: Ctx, rev: str | None) -> None:
     click.echo(data.decode("utf-8"), nl=False)
 
 
+@examples("gitstate schema check", "gitstate schema check new-schema.yaml --json")
 @schema.command("check")
 @click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @json_option
@@ -56,6 +63,7 @@ def schema_check(obj: Ctx, file: Path | None, as_json: bool) -> None:
                       rule="schema.violations")
 
 
+@examples("gitstate schema set schema.yaml --reason \"v2: stop losses are numbers\"")
 @schema.command("set")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--reason", "-r", required=True, help="Why: becomes the commit message.")
@@ -78,6 +86,14 @@ def _read(file: Path) -> str:
         raise UsageError(f"cannot read {file}: {exc}", rule="usage.file") from exc
 
 
+@examples(
+    "gitstate tools",
+    "gitstate tools --can-run place_order",
+    "gitstate tools --can-run refund --args-json '{\"ticket\": \"T-1\", \"amount\": 120}'",
+    exits="Exit: 0 ok (with --can-run: the tool may run); 1 with --can-run: it may not "
+          "(tools.not_allowed, approval.required), or a bad config.toml; 2 a usage error or an "
+          "uninitialised directory; 3 the repository cannot be used.",
+)
 @click.command()
 @click.option("--can-run", "tool", help="Exit 0 if TOOL is allowed in the current phase "
               "(and, for a tool that needs an approval, approved for --args-json), else 1. "

@@ -7,9 +7,11 @@ import click
 
 from ..errors import Refused, UsageError
 from .context import (
+    EXITS,
     Ctx,
     ValueArgs,
     emit,
+    examples,
     finish,
     json_option,
     parse_json_value,
@@ -19,6 +21,7 @@ from .context import (
 )
 
 
+@examples("gitstate init", "gitstate --agent-dir ~/agents/trader init --json")
 @click.command()
 @json_option
 @click.pass_obj
@@ -32,6 +35,7 @@ def init(obj: Ctx, as_json: bool) -> None:
               f"initialised {repo.state_dir} (main at {head[:12]})")
 
 
+@examples(exits=EXITS)
 @click.command("set", cls=ValueArgs)
 @click.argument("key")
 @click.argument("value", required=False)
@@ -82,6 +86,10 @@ def set_(obj: Ctx, key: str, value: str | None, reason: str, ttl_hours: float | 
         finish(obj, result, as_json)
 
 
+@examples(
+    "gitstate clear stop_loss.2317 --reason \"rule retired\"",
+    "gitstate clear stop_loss.2317 --reason \"retired\" --expect 262",
+)
 @click.command()
 @click.argument("key")
 @click.option("--reason", "-r", required=True, help="Why: becomes the commit message.")
@@ -101,6 +109,10 @@ def clear(obj: Ctx, key: str, reason: str, expect: str | None, request_id: str |
         finish(obj, result, as_json)
 
 
+@examples(
+    "gitstate handoff \"books checked\" --reason \"end of shift\"",
+    "gitstate handoff \"mid-patrol\" --status continue --next-steps \"report the total\"",
+)
 @click.command()
 @click.argument("note", required=False)
 @click.option("--status", type=click.Choice(["continue", "complete", "blocked"]))
@@ -126,6 +138,10 @@ def handoff(obj: Ctx, note: str | None, status: str | None, next_steps: str | No
         finish(obj, result, as_json)
 
 
+@examples(
+    "gitstate revert HEAD --reason \"the 14:20 line was a typo\"",
+    "gitstate revert --key stop_loss.2317 --reason \"back to the last value\"",
+)
 @click.command()
 @click.argument("rev", required=False)
 @click.option("--key", help="Revert the latest change of this key instead of REV.")
@@ -161,6 +177,7 @@ def revert(obj: Ctx, rev: str | None, key: str | None, reason: str, force: bool,
     emit(result, as_json, f"{result.commit[:12]} reverted {commit[:12]}")
 
 
+@examples(exits=EXITS)
 @click.command()
 @click.option("--reason", "-r", help="Why the hand edit is right (required unless --discard).")
 @click.option("--discard", is_flag=True, help="Move the hand edit aside and restore HEAD.")
