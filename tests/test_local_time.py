@@ -48,8 +48,8 @@ def test_a_time_without_an_offset_is_the_agents_wall_clock(demo: Path) -> None:
 
 
 def test_text_output_is_local_with_its_offset_and_json_stays_utc(demo: Path) -> None:
-    """log, get, show and blame print the agent's time with +08:00; --json keeps the stored
-    UTC form."""
+    """log, get, show, blame and fleet print the agent's time with +08:00; --json keeps the
+    stored UTC form."""
     log = run_cli("log", "-n", "1", agent_dir=demo).stdout
     assert log.startswith("2026-08-13T14:20:00+08:00") and \
         "(expires 2026-08-14T14:20:00+08:00)" in log
@@ -57,6 +57,8 @@ def test_text_output_is_local_with_its_offset_and_json_stays_utc(demo: Path) -> 
     assert "set 2026-08-13T14:20:00+08:00" in get and "(2026-08-13T09:36:00+08:00)" in get
     assert "time   2026-08-13T14:20:00+08:00" in run_cli("show", agent_dir=demo).stdout
     assert "2026-08-13T14:20:00+08:00" in run_cli("blame", agent_dir=demo).stdout
+    fleet = run_cli("fleet", str(demo.parent)).stdout
+    assert fleet.startswith("agent: ") and "; last 2026-08-13T14:20:00+08:00 " in fleet, fleet
     data = json.loads(run_cli("get", "--json", agent_dir=demo).stdout)
     assert data["keys"]["stop_loss.2317"]["set_at"] == "2026-08-13T06:20:00Z"
 
