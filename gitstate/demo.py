@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 import click
 
 from .errors import CasMismatch, UsageError
+from .model import local_text
 from .repo import StateRepo
 
 TZ = ZoneInfo("Asia/Taipei")
@@ -95,7 +96,8 @@ def run_demo(agent_dir: Path | None = None, keep: bool = True) -> Path:
         except CasMismatch as exc:
             current = exc.details["current"]
             click.secho(f"  refused [{exc.rule}]: HEAD holds {current['value']} "
-                        f"(set {current['set_at']}: {current['reason']}); nothing written",
+                        f"(set {local_text(current['set_at'], TZ)}: {current['reason']}); "
+                        "nothing written",
                         fg="red")
 
         clock.at("08-13", "11:03")

@@ -23,6 +23,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     agent = tmp_path_factory.mktemp("demo") / "agent"
     out = run_cli("demo", "--agent-dir", str(agent))
     assert out.returncode == 0, out.stderr
+    assert "HEAD holds 262 (set 2026-08-13T09:04:00+08:00:" in out.stdout  # its own times too
     return agent
 
 
