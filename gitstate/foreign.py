@@ -62,10 +62,12 @@ class _Refusal(Exception):
 
 
 def check_range(store: GitStore, old: str | None, new: str, config: Config | None = None,
-                now: float | None = None, *, own: bool = False) -> list[Problem]:
+                now: float | None = None, *, own: bool = False,
+                trust: Trust | None = None) -> list[Problem]:
     """Problems with the commits after ``old`` (None: from the root) up to ``new``.
     ``own``: this clone's own commits, re-made by push on the remote's main, whose role
-    claims are this machine's and need no proof (gitstate/trust.py)."""
+    claims are this machine's and need no proof (gitstate/trust.py). ``trust``: who may
+    claim a role, when not ``config``'s (the server's hook)."""
     config = config or Config()
     now = time.time() if now is None else now
     if old == new:
@@ -95,7 +97,7 @@ def check_range(store: GitStore, old: str | None, new: str, config: Config | Non
         return [Problem(old or new, exc.rule, exc.message)]
     problems: list[Problem] = []
     parent = old
-    trust = Trust.of(config)
+    trust = trust or Trust.of(config)
     schemas: dict[str, Schema | None] = {}
     for commit in chain:
         try:

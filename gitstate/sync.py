@@ -334,7 +334,6 @@ def clone(url: str, agent_dir: Path) -> str:
 
 def verify_push(git_dir: Path, old: str, new: str, ref: str) -> list[str]:
     """What a pre-receive hook runs for one ref update in a (bare) server repository."""
-    from .config import Config
     from .refusals import REMOTE_PREFIX, check_update
     from .runformat import PREFIX as RUNS
     from .runsync import verify_pushed
@@ -353,6 +352,9 @@ def verify_push(git_dir: Path, old: str, new: str, ref: str) -> list[str]:
     if new == zero and ref == BRANCH:
         return [f"deleting {ref} is refused"]
     trust = Trust.of_server(git_dir)  # who may claim a role: the server's own git config
+    if trust.pusher_roles is not None and not trust.pusher_roles:
+        return [f"{ref[:200]!r}: [trust.unknown_pusher] {trust.pusher} is not in the "
+                "server's pushers file (git config gitstate.pushers), so may push nothing"]
     store = GitStore(git_dir)
     quarantine = os.environ.get("GIT_OBJECT_DIRECTORY")
     if quarantine:
@@ -365,8 +367,7 @@ def verify_push(git_dir: Path, old: str, new: str, ref: str) -> list[str]:
         if ref != BRANCH:
             return verify_pushed(store, ref, None if old == zero else old,
                                  None if new == zero else new, trust)
-        config = Config(allowed_signers=trust.allowed_signers, trust_remote=trust.trust_remote)
         return [str(p) for p in foreign.check_range(store, None if old == zero else old, new,
-                                                    config)]
+                                                    trust=trust)]
     finally:
         store.close()

@@ -11,7 +11,11 @@ With ``[trust] allowed_signers`` (git's allowed-signers file, principals ``human
 principal has one of the claimed roles. Without it, claims from elsewhere are refused —
 unless ``[trust] trust_remote = true`` says the remote's own hook authenticates who pushes
 (docs/remote.md). The server's pre-receive hook reads the same two settings from the bare
-repository's git config (``gitstate.allowedSigners``, ``gitstate.trustRemote``).
+repository's git config (``gitstate.allowedSigners``, ``gitstate.trustRemote``), and
+``gitstate.pushers``: a file mapping each authenticated pusher (gitolite's ``GL_USER``,
+``REMOTE_USER`` under ``git http-backend``, or ``gitstate.pusherVariable``) to the roles
+they may claim; then a pusher's claims count only within those roles, and one the file does
+not name may push nothing.
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ if TYPE_CHECKING:
 class Trust:
     allowed_signers: str | None = None
     trust_remote: bool = False
+    # on a server with a pushers file: who pushed (as its transport authenticated them) and
+    # the roles the file gives them; None without a pushers file
+    pusher: str | None = None
+    pusher_roles: frozenset[str] | None = None
 
     @classmethod
     def of(cls, config: Config) -> Trust:
@@ -57,8 +65,33 @@ class Trust:
                 return None
 
         signers, remote = value(b"allowedSigners"), value(b"trustRemote") or b""
-        return cls(signers.decode("utf-8", "replace") if signers else None,
-                   remote.lower() in (b"true", b"yes", b"on", b"1"))
+        trust = cls(signers.decode("utf-8", "replace") if signers else None,
+                    remote.lower() in (b"true", b"yes", b"on", b"1"))
+        pushers = value(b"pushers")
+        if pushers is None:
+            return trust
+        variable = (value(b"pusherVariable") or b"").decode("utf-8", "replace")
+        names = [variable] if variable else ["GL_USER", "REMOTE_USER"]  # gitolite, http
+        who = next((os.environ[n] for n in names if os.environ.get(n)), None)
+        roles = read_pushers(Path(pushers.decode("utf-8", "replace"))).get(who or "")
+        return cls(trust.allowed_signers, trust.trust_remote, who or "(unauthenticated)",
+                   frozenset(roles or ()))
+
+
+def read_pushers(path: Path) -> dict[str, tuple[str, ...]]:
+    """The server's pushers file: one ``<user> <role>[,<role>...]`` per line (roles among
+    agent, runtime, human), ``#`` comments; an unreadable file names no one."""
+    out: dict[str, tuple[str, ...]] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return out
+    for line in text.splitlines():
+        words = line.split("#", 1)[0].split()
+        if len(words) == 2:
+            out[words[0]] = tuple(r for r in words[1].split(",")
+                                  if r in ("agent", *sshsig.ROLES))
+    return out
 
 
 def signer(key: str | os.PathLike[str] | None) -> Callable[[bytes], bytes] | None:
@@ -73,6 +106,14 @@ def claim_problem(store: GitStore, commit: str, roles: Collection[str],
     if not wanted:
         return None
     claimed = "/".join(wanted)
+    if trust.pusher_roles is not None:  # the server knows who pushed: their roles decide
+        if not set(wanted) & trust.pusher_roles:
+            return ("trust.pusher_role", f"the commit claims the {claimed} role, and "
+                    f"{trust.pusher}, who pushed it, may act only as "
+                    f"{'/'.join(sorted(trust.pusher_roles)) or 'nothing'} (the server's "
+                    "pushers file)")
+        if trust.allowed_signers is None:
+            return None
     if trust.allowed_signers is None:
         if trust.trust_remote:
             return None

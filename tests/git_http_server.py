@@ -2,7 +2,9 @@
 127.0.0.1. With --die-on-push it exits abruptly half-way through reading a push; with
 --tls CERT KEY it serves https. Hostile modes: --advertise JSON adds ``{name: id}`` refs to
 the upload-pack advertisement (any bytes as names, served like real refs:
-tests/hostile_git_server.py's rewrite); --stall accepts every request and never answers."""
+tests/hostile_git_server.py's rewrite); --stall accepts every request and never answers.
+--users JSON ({user: password}) requires HTTP basic auth and hands the authenticated user
+to git as REMOTE_USER, as a web server in front of http-backend does."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ class Handler(BaseHTTPRequestHandler):
     die_on_push = False
     advertise: ClassVar[dict[str, str]] = {}
     stall = False
+    users: ClassVar[dict[str, str]] = {}
 
     def log_message(self, *args: object) -> None:
         pass
@@ -43,12 +46,26 @@ class Handler(BaseHTTPRequestHandler):
             threading.Event().wait()
         path, _, query = self.path.partition("?")
         body = self._body() if method == "POST" else b""
+        user = "test"
+        if self.users:
+            import base64
+
+            given = self.headers.get("Authorization", "")
+            name, _, password = base64.b64decode(given[6:] or b"").decode(
+                "utf-8", "replace").partition(":") if given.startswith("Basic ") else ("", "", "")
+            if self.users.get(name) != password or not name:
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="git"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            user = name
         if self.die_on_push and path.endswith("git-receive-pack"):
             os._exit(1)  # the server dies mid-push, the body half consumed
         env = {"GIT_PROJECT_ROOT": self.root, "GIT_HTTP_EXPORT_ALL": "1",
                "PATH_INFO": path, "QUERY_STRING": query, "REQUEST_METHOD": method,
                "CONTENT_TYPE": self.headers.get("Content-Type", ""),
-               "CONTENT_LENGTH": str(len(body)), "REMOTE_USER": "test",
+               "CONTENT_LENGTH": str(len(body)), "REMOTE_USER": user,
                "REMOTE_ADDR": "127.0.0.1", "PATH": os.environ.get("PATH", ""),
                "HOME": self.root, "GIT_CONFIG_NOSYSTEM": "1"}
         if self.advertise:  # a forged name must be fetchable like a real ref
@@ -107,6 +124,8 @@ def main() -> None:
     Handler.root = sys.argv[1]
     Handler.die_on_push = "--die-on-push" in sys.argv
     Handler.stall = "--stall" in sys.argv
+    if "--users" in sys.argv:
+        Handler.users = json.loads(sys.argv[sys.argv.index("--users") + 1])
     if "--advertise" in sys.argv:
         Handler.advertise = json.loads(sys.argv[sys.argv.index("--advertise") + 1])
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

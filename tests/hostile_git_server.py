@@ -264,11 +264,12 @@ def advertised(url: str) -> Iterator[tuple[str, str]]:
 
 @contextlib.contextmanager
 def smart_http(root: Path, repo: str, *, advertise: dict[str, str] | None = None,
-               stall: bool = False) -> Iterator[str]:
+               stall: bool = False, users: dict[str, str] | None = None) -> Iterator[str]:
     """tests/git_http_server.py serving the bare repositories under ``root``; yields the
-    URL of ``repo`` (a directory name under root). ``advertise`` and ``stall`` as there."""
+    URL of ``repo`` (a directory name under root). ``advertise``, ``stall`` and ``users``
+    (basic auth) as there."""
     flags = [*(["--advertise", json.dumps(advertise)] if advertise else []),
-             *(["--stall"] if stall else [])]
+             *(["--stall"] if stall else []), *(["--users", json.dumps(users)] if users else [])]
     proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("git_http_server.py")),
                              str(root), *flags], stdout=subprocess.PIPE, text=True)
     try:

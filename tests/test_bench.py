@@ -107,3 +107,9 @@ def test_checkpointer_bench_quick() -> None:
     pytest.importorskip("langgraph.checkpoint.sqlite")
     text = _run("checkpointer.py")
     assert "gitstate" in text and "sqlite" in text and "disk after gc" in text
+
+
+def test_signing_bench_quick() -> None:
+    """signing.py --quick prints a decision unsigned, signed, and the receiver's check."""
+    text = _run("signing.py")
+    assert "approve, signed (ssh-keygen)" in text and "check one signed claim" in text

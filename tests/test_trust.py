@@ -159,3 +159,62 @@ def test_a_runtime_event_needs_a_runtime_signature(pair: Pair, signed: bool) -> 
         assert err is not None and err.rule == "remote.run_invalid", err
         assert "[trust.unsigned]" in err.message, err.message
         assert pushed.returncode != 0 and "[trust.unsigned]" in pushed.stderr, pushed.stderr
+
+
+# -- who pushed: the server's pushers file ----------------------------------------------------
+
+PUSHERS = "alice human\nagent7 agent,runtime  # the agent's runtime, never a human\n"
+
+
+def _pushers_server(pair: Pair) -> Path:
+    server = pair.tmp / "srv" / "pushers.git"
+    subprocess.run([GIT or "git", "init", "-q", "--bare", "-b", "main", str(server)],
+                   check=True)
+    install_pre_receive(server, pair.tmp, trust_remote=False)
+    (pair.tmp / "pushers").write_text(PUSHERS, encoding="utf-8")
+    git(server, "config", "gitstate.pushers", str(pair.tmp / "pushers"))
+    git(server, "config", "http.receivepack", "true")
+    git(pair.plain, "push", "-q", str(server), "main")  # the request: no claim in it
+    return server
+
+
+def _push(pair: Pair, url: str, **env: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run([GIT or "git", "-C", str(pair.plain), "push", url, "main"],
+                          capture_output=True, text=True, timeout=60, check=False,
+                          env={**os.environ, **env})
+
+
+@pytest.mark.parametrize(("user", "rule"), [("agent7", "trust.pusher_role"),
+                                            ("mallory", "trust.unknown_pusher"),
+                                            ("alice", None)])
+def test_the_hook_maps_the_pusher_authenticated_by_http(pair: Pair, user: str,
+                                                        rule: str | None) -> None:
+    """`git http-backend` behind basic auth (REMOTE_USER): the agent's user cannot push a
+    human decision, a user the pushers file does not name cannot push at all, the human
+    can — no signature needed, the server knows who pushed."""
+    from tests.hostile_git_server import smart_http
+
+    server = _pushers_server(pair)
+    _decide(pair, None)  # unsigned: only the pusher's identity can vouch for it
+    users = {"alice": "pw-a", "agent7": "pw-7", "mallory": "pw-m"}
+    with smart_http(server.parent, server.name, users=users) as url:
+        out = _push(pair, url.replace("http://", f"http://{user}:{users[user]}@"))
+    if rule is None:
+        assert out.returncode == 0, out.stderr
+        assert git(server, "rev-parse", "main").stdout == git(pair.plain, "rev-parse",
+                                                              "main").stdout
+    else:
+        assert out.returncode != 0 and f"[{rule}]" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize(("user", "ok"), [("agent7", False), ("alice", True)])
+def test_the_hook_maps_the_pusher_gitolite_names(pair: Pair, user: str, ok: bool) -> None:
+    """gitolite runs git-receive-pack with GL_USER set to the key's user: the same map."""
+    server = _pushers_server(pair)
+    _decide(pair, None)
+    out = _push(pair, str(server), GL_USER=user)
+    assert (out.returncode == 0) is ok, out.stderr
+    if not ok:
+        assert "[trust.pusher_role]" in out.stderr, out.stderr
