@@ -122,8 +122,9 @@ def render(obj: Ctx, locale: str | None, now: str | None, at: str | None,
 @examples(
     "gitstate hook claude-code --event SessionStart",
     "gitstate hook plain --max-chars 4000",
-    exits="Exit: 0, also when there is nothing to print; 1 any error, on stderr (never 2, which "
-          "would block a Claude Code prompt).",
+    exits="Exit: 0, also when there is nothing to print; 1 any error while it runs, on stderr "
+          "(never 2, which would block a Claude Code prompt); 2 only for words it cannot parse "
+          "(a RUNTIME that is not claude-code or plain).",
 )
 @click.command()
 @click.argument("runtime", type=click.Choice(["claude-code", "plain"]))

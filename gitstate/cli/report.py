@@ -43,9 +43,9 @@ def report(obj: Ctx, out: Path, fleet_root: Path | None) -> None:
 @examples(
     "gitstate serve",
     "gitstate serve --host 0.0.0.0 --port 8080 --token-env GITSTATE_REPORT_TOKEN",
-    exits="Exit: 0 after Ctrl-C; 1 refused (a token missing off loopback, a bad config.toml); 2 "
-          "a usage error (a --port in use, an uninitialised directory); 3 the repository cannot "
-          "be used.",
+    exits="Exit: 130 after Ctrl-C; 1 a bad config.toml; 2 a usage error (no token off "
+          "loopback: usage.token; an uninitialised directory); 3 the address cannot be bound "
+          "(a --port in use: store.io) or the repository cannot be used.",
 )
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True,
