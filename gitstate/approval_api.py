@@ -2,21 +2,22 @@
 list, check and spend frozen-argument approvals (gitstate/approvals.py holds the rules).
 
 A thin layer: it validates inputs with ``rules``, picks the policy from HEAD's schema, and
-hands a pure planner to the write engine, like every other write of the facade. In
-remote-first mode the engine's committer is the remote (gitstate/sync.py), so a spend is
-the push with lease: linearized there before the call is handed over.
+hands a pure planner to the write engine, like every other write of the facade. A spend,
+an approval and a denial of an agent with a remote are committed through the remote
+(gitstate/sync.py's remote-first committer, whatever the sync mode), so each is the push with
+lease: linearized there before the call is handed over or the decision returns.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from . import approvals, requests, rules
 from .approvals import Spend, Verdict
-from .errors import GitStateError, InvalidInput, Refused
+from .errors import GitStateError, InvalidInput, Refused, StoreError
 
 if TYPE_CHECKING:
     from .approval_policy import ApprovalPolicy
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from .reader import StateReader
     from .results import WriteResult
     from .store import GitStore
+    from .sync import Remote
 
 
 class ApprovalMethods:
@@ -36,6 +38,7 @@ class ApprovalMethods:
     engine: WriteEngine
     reader: StateReader
     store: GitStore
+    remote: Remote
     config: Config
     writer: str
     actor: str
@@ -88,9 +91,35 @@ class ApprovalMethods:
         request = requests.fingerprint(request_id, "approval.decide", approval_id, approve,
                                        reason)
         writer = self.writer
-        return self.engine.write(lambda base: approvals.plan_decide(
+        return self._linearized(lambda base: approvals.plan_decide(
             base, dict(base.schema.approvals) if base.schema else {}, writer,
-            approval_id=approval_id, approve=approve, reason=reason, actor=who), request)
+            approval_id=approval_id, approve=approve, reason=reason, actor=who), request, None)
+
+    def _linearized(self, plan: Callable[[Base], Plan], request: dict[str, str] | None,
+                    tool: str | None) -> WriteResult:
+        """A spend or a decision, linearized through the remote's main whatever the sync
+        mode (the commit is the push with lease: of two clones, one wins and the other is
+        refused with the winner's commit). No remote: a local write. A remote that cannot
+        be reached refuses it (``approval.offline``), unless it is the spend of a tool whose
+        policy says ``offline_spend: true``: then it commits here, at that risk."""
+        from .engine import LocalCommitter
+
+        if self.store.remote_url() is None:
+            return self.engine.write(plan, request)
+        try:
+            return self.engine.write(plan, request, committer=self.remote)
+        except StoreError as exc:
+            if exc.rule not in ("remote.unreachable", "remote.timeout"):
+                raise
+            policy = self._policies().get(tool) if tool else None
+            if policy is None or not policy.offline_spend:
+                raise Refused(f"the remote cannot be reached to linearize this "
+                              f"{'spend' if tool else 'decision'} ({exc.message}), so another "
+                              "clone could make it too; try again when it can"
+                              + (f", or accept that risk with `offline_spend: true` in "
+                                 f"schema.yaml's approvals policy for {tool}" if tool else ""),
+                              rule="approval.offline") from exc
+            return self.engine.write(plan, request, committer=LocalCommitter(self.reader))
 
     def approvals(self) -> list[dict[str, Any]]:
         """Every approval record, newest first (pending, decided and consumed)."""
@@ -126,11 +155,11 @@ class ApprovalMethods:
                        reason: str | None = None,
                        actor: str | None = None) -> Iterator[Spend]:
         """``with repo.spend_approval(approval_id, tool, args) as call:`` enters only once
-        the approval's consume commit is written (the compare-and-swap on main, through the
-        remote in remote-first mode) and hands over the frozen call (``call.tool``,
-        ``call.args``); otherwise it raises the refusal, so the body never runs for an
-        approval it did not win (a lost race: ``approval.not_runnable``, naming the
-        winner's commit). A local-first agent with a remote is refused
+        the approval's consume commit is written (the compare-and-swap on main, pushed with
+        lease when the agent has a remote, whatever the sync mode) and hands over the frozen
+        call (``call.tool``, ``call.args``); otherwise it raises the refusal, so the body
+        never runs for an approval it did not win (a lost race: ``approval.not_runnable``,
+        naming the winner's commit). A remote that cannot be reached refuses the spend
         (``approval.offline``) unless the policy says ``offline_spend: true``.
 
         If the body raises, the outcome is recorded before the exception goes on: in the
@@ -161,24 +190,12 @@ class ApprovalMethods:
         if run_id is not None:
             call_id = tool_call_id or f"spend-{approval_id}"
             self._check_run_accepts(run_id, call_id, approval_id)
-        remote = self.store.remote_url()
-        linearized = self.config.sync == "remote-first"
-
         def plan(base: Base) -> Plan:
-            policy = (base.schema.approvals if base.schema else {}).get(tool)
-            if remote and not linearized and not (policy and policy.offline_spend):
-                raise Refused(
-                    f"this agent has a remote ({remote}) but syncs local-first: a spend "
-                    "committed here reaches the other clones only at the next push, so two "
-                    "of them could both run the call. Set sync = \"remote-first\" in "
-                    "config.toml (the spend is then the push), or accept that risk with "
-                    f"`offline_spend: true` in schema.yaml's approvals policy for {tool}",
-                    rule="approval.offline", approval_id=approval_id, remote=remote)
             return approvals.plan_consume(base, approval_id=approval_id, tool=tool, args=args,
                                           reason=text, actor=who, state_at=self.reader.state_at)
 
         try:
-            result = self.engine.write(plan)
+            result = self._linearized(plan, None, tool)
         except Refused as exc:
             if exc.rule == "approval.not_runnable" and exc.details.get("status") == "consumed":
                 raise self._lost(approval_id, exc) from None

@@ -104,12 +104,15 @@ class WriteEngine:
             yield
 
     def write(self, planner: Planner, request: dict[str, str] | None = None,
-              adopting: bool = False, attempt: dict[str, Any] | None = None) -> WriteResult:
+              adopting: bool = False, attempt: dict[str, Any] | None = None,
+              committer: Committer | None = None) -> WriteResult:
         """``attempt`` describes the write for the refusal journal (op, key, attempted and
         expected value, actor, reason, request id): a refusal by a rule is recorded there
-        once the lock is released (gitstate/refusals.py)."""
+        once the lock is released (gitstate/refusals.py). ``committer``: this write's, over
+        the engine's (a spend or a decision linearized through the remote whatever the
+        sync mode)."""
         try:
-            result = self._write(planner, request, adopting)
+            result = self._write(planner, request, adopting, committer)
         except (Refused, InvalidInput) as exc:
             self._journal(exc, attempt or {})
             raise
@@ -139,9 +142,9 @@ class WriteEngine:
                                                         "actor", "reason", "request_id")})
 
     def _write(self, planner: Planner, request: dict[str, str] | None,
-               adopting: bool) -> WriteResult:
+               adopting: bool, committer: Committer | None = None) -> WriteResult:
         store = self.reader.store
-        committer = self.committer or LocalCommitter(self.reader)
+        committer = committer or self.committer or LocalCommitter(self.reader)
         with self.mutex, store.lock(), store.writing():
             warnings = self.recover(adopting) if self.recover else []
             committer.prepare()

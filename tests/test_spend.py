@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from gitstate import audit
-from gitstate.errors import GitStateError, Refused, StoreError
+from gitstate.errors import GitStateError, Refused
 from gitstate.repo import StateRepo
-from tests.helpers import GIT, free_port, run_cli, trust_remote
+from tests.helpers import GIT, free_port, git, run_cli, trust_remote
 from tests.hostile_git_server import git_daemon
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,22 +124,28 @@ def test_a_run_records_the_failure_and_is_checked_first(repo: StateRepo) -> None
 
 def test_local_first_with_a_remote_spends_only_when_the_policy_allows(
         repo: StateRepo, tmp_path: Path) -> None:
-    repo.store.set_remote_url(f"git://127.0.0.1:{free_port()}/nothing.git")
+    """A remote that cannot be reached refuses the spend whatever the sync mode, unless the
+    policy accepts offline spends; a decision is refused too (no offline decisions)."""
     approval = _approved(repo, ARGS)
+    other = _approved(repo, ARGS)
+    repo.store.set_remote_url(f"git://127.0.0.1:{free_port()}/nothing.git")
     with pytest.raises(Refused) as exc, repo.spend_approval(approval, "refund", ARGS):
         pytest.fail("spent without the remote")
     assert exc.value.rule == "approval.offline" and "offline_spend: true" in exc.value.message
+    with pytest.raises(Refused) as exc:
+        _approved(repo, {"order": "O-9"})
+    assert exc.value.rule == "approval.offline" and "decision" in exc.value.message
     repo.set_schema(SCHEMA.replace("human]}", "human], offline_spend: true}")
                     .replace("version: 1", "version: 2"), "offline spends accepted")
     with repo.spend_approval(approval, "refund", ARGS) as call:
         assert call.commit == repo.head()
     # remote-first and the remote unreachable: refused before the body, still approved
-    other = _approved(repo, ARGS)
+    repo.set_schema(SCHEMA.replace("version: 1", "version: 3"), "no offline spends")
     (repo.agent_dir / "config.toml").write_text('[gitstate]\nsync = "remote-first"\n')
     with StateRepo(repo.agent_dir) as rf:
-        with pytest.raises(StoreError) as err, rf.spend_approval(other, "refund", ARGS):
+        with pytest.raises(GitStateError) as err, rf.spend_approval(other, "refund", ARGS):
             pytest.fail("spent while the remote was unreachable")
-        assert err.value.rule == "remote.unreachable"
+        assert err.value.rule in ("approval.offline", "remote.unreachable"), err.value
         assert rf.approval_verdict("refund", ARGS).approval_id == other
 
 
@@ -319,24 +325,25 @@ def test_a_decision_is_bound_to_the_state_it_was_made_on(repo: StateRepo) -> Non
 
 
 @pytest.mark.skipif(GIT is None, reason="needs the git CLI for the bare remote")
-def test_a_decision_re_applied_by_push_keeps_the_commit_it_was_made_on(
-        repo: StateRepo, tmp_path: Path) -> None:
-    """A decision made while the remote moved on is re-applied on the remote's main by push;
-    it keeps the commit its decider saw, and pull and the other clone accept it."""
+def test_a_decision_is_linearized_through_the_remote(repo: StateRepo,
+                                                    tmp_path: Path) -> None:
+    """A decision made while the remote moved on first takes the remote's main, so
+    ``decided_on`` names the state it was really made on, and is pushed before approve
+    returns (local-first mode too): the other clone pulls it, nothing is left to push."""
     bare = tmp_path / "remote.git"
     subprocess.run([GIT or "git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
     repo.store.set_remote_url(str(bare))
     approval = repo.request_approval("refund", ARGS, "asked")
-    seen = repo.head()
     repo.push()
     trust_remote(tmp_path / "other")
     with StateRepo.clone(str(bare), tmp_path / "other") as other:
         other.set("note", "meanwhile", "the remote moves on")
         other.push()
-        repo.approve(approval, "checked")
-        result = repo.push()
-        assert result.rebased == 1 and not result.refused, result
+        moved = other.head()
+        decided = repo.approve(approval, "checked")
+        assert git(bare, "rev-parse", "main").stdout.strip() == decided.commit
+        assert repo.push().pushed == 0
         other.pull()
         record = other.state().keys[f"approval.{approval}"].value
-        assert isinstance(record, dict) and record["decided_on"] == seen
+        assert isinstance(record, dict) and record["decided_on"] == moved
         assert record["status"] == "approved" and other.head() == repo.head()
