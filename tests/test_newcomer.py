@@ -35,10 +35,13 @@ def test_a_negative_number_is_a_value(tmp_path: Path) -> None:
                        (["offset", "--reason", "r", "--", "-7"], -7),
                        (["offset", "-r", "r", "-0.25"], -0.25),
                        (["offset", "-8", "-r", "r", "--expect", "-0.25"], -8),
-                       (["note", "--", "-x", "-r", "r"], "-x")):
+                       (["note", "--", "-x", "-r", "r"], "-x"),
+                       # after --, every argument still missing: the key and the value
+                       (["--reason", "r", "--", "dash", "- a list item"], "- a list item")):
         out = run_cli("set", *args, agent_dir=tmp_path)
         assert out.returncode == 0, (args, out.stderr)
-        assert _value(tmp_path, args[0]) == want, args
+        assert _value(tmp_path, next(a for a in args if a not in ("--reason", "r", "--"))) \
+            == want, args
     out = run_cli("set", "note", "-y", "-r", "r", agent_dir=tmp_path)
     assert out.returncode == 2 and "gitstate set KEY -- -y" in out.stderr
     out = run_cli("set", "note", "1", "--reasn", "r", agent_dir=tmp_path)

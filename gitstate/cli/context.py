@@ -89,19 +89,25 @@ class ValueArgs(click.Command):
 
     Click reads every ``-…`` word as an option, so ``set offset -5`` would fail with "No
     such option '-5'". Here a word that is a negative number (``-5``, ``-0.25``) is an
-    argument, and so is the one word right after ``--`` (``set note -- -x``), with options
-    still allowed after it. The words are reordered (options, then ``--`` and the
+    argument, and so is every word after ``--`` until the command's arguments are all given
+    (``set note -- -x``, ``set --reason r -- KEY "- x"``), with options still allowed after
+    them (``set offset -- -5 --reason r``). The words are reordered (options, then ``--`` and the
     arguments in their order) before click parses them, so click stays the one parser."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         takes_value = {name for p in self.params if isinstance(p, click.Option)
                        and not p.is_flag and not p.count for name in p.opts}
+        arguments = [p for p in self.params if isinstance(p, click.Argument)]
+        slots = len(args) if any(p.nargs < 0 for p in arguments) else \
+            sum(p.nargs for p in arguments)
         options: list[str] = []
         positional: list[str] = []
         words = iter(args)
         for word in words:
-            if word == "--":
+            if word == "--":  # arguments until every one is given, at least one
                 positional.extend(w for w in [next(words, None)] if w is not None)
+                while len(positional) < slots and (w := next(words, None)) is not None:
+                    positional.append(w)
             elif word in takes_value:
                 options.append(word)
                 options.extend(w for w in [next(words, None)] if w is not None)
