@@ -70,12 +70,17 @@ class Pair:
         return subprocess.run([GIT or "git", "-C", str(self.plain), "push", str(self.guarded),
                                ref], capture_output=True, text=True, timeout=60, check=False)
 
-    def b_pulls(self) -> GitStateError | None:
-        with StateRepo(self.b) as b:
+    def b_pulls(self, transport: str = "path") -> GitStateError | None:
+        from tests.hostile_git_server import served
+
+        with served(transport, self.plain) as url, StateRepo(self.b) as b:
+            b.store.set_remote_url(url)
             try:
                 b.pull()
             except GitStateError as exc:
                 return exc
+            finally:
+                b.store.set_remote_url(str(self.plain))
         return None
 
 
@@ -111,13 +116,15 @@ def test_a_decision_signed_by_an_allowed_human_is_taken_and_git_verifies_it(
     assert verified.returncode == 0, verified.stderr
 
 
+@pytest.mark.parametrize("transport", ["path", "git", "http"])
 @pytest.mark.parametrize(("signer", "rule"), [(None, "trust.unsigned"),
                                               ("runtime:a", "trust.wrong_role")])
 def test_a_decision_not_signed_as_human_is_refused(pair: Pair, signer: str | None,
-                                                   rule: str) -> None:
+                                                   rule: str, transport: str) -> None:
+    """Pulled over a path remote, git:// and smart HTTP, and pushed through the hook."""
     _decide(pair, signer)
     before = Snapshot(pair.b)
-    err = pair.b_pulls()
+    err = pair.b_pulls(transport)
     assert err is not None and _rule_of(err) == rule, err
     before.unchanged()
     refused = pair.push_to_guarded()
