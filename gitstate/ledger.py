@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +25,16 @@ from . import locking, runs
 from .errors import InvalidInput, StoreError
 from .model import format_time
 from .results import RunView
-from .runformat import PREFIX, RUN_FILE, RUN_MAX_BYTES, encode_run, events, message, parse
+from .runformat import (
+    PREFIX,
+    RUN_FILE,
+    RUN_MAX_BYTES,
+    encode_run,
+    events,
+    message,
+    parse,
+    session_id,
+)
 from .trailers import encode_json
 
 if TYPE_CHECKING:
@@ -34,13 +42,6 @@ if TYPE_CHECKING:
 
     from .config import Config
     from .store import GitStore
-
-
-def session_id() -> str:
-    """Who wrote an event: host, process and one opening of the repository. A run continued
-    under another one (a restart, another machine after pull) counts as a resume."""
-    host = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname()[:40])
-    return f"{host}:{os.getpid()}:{os.urandom(3).hex()}"
 
 
 Policy = tuple["Mapping[str, tuple[str, ...]]", "str | None"]
@@ -110,12 +111,9 @@ class Ledger:
         if request_id is not None:
             check_request_id(request_id)
         now = self._now()
-        run = runs.new_run(run_id, description=description, criteria=list(criteria),
-                           constraints=list(constraints or []), risk=risk,
-                           owner=owner or self.actor, now=now, budget=budget or {})
-        event = {"type": "goal_created", "description": description,
-                 "criteria": list(criteria), "constraints": list(constraints or []),
-                 "risk": risk, "owner": run["goal"]["owner"], "budget": budget or {}}
+        run, event = runs.goal(run_id, description=description, criteria=list(criteria),
+                               constraints=list(constraints or []), risk=risk,
+                               owner=owner or self.actor, now=now, budget=budget or {})
         with self._lock(run_id):
             if self.store.ref(self._ref(run_id)) is not None:
                 earlier = self._replayed(run_id, request_id)
@@ -186,14 +184,11 @@ class Ledger:
         from . import runrender
         from .engine import identity
 
-        size = runrender.largest(run, runs.next_action(run, now), UTC)
-        if size > runrender.MAX_BYTES:
-            exc = runs.RunRefused(f"after this event the run's <state> block would be {size} "
-                                  f"bytes, over its cap of {runrender.MAX_BYTES} (it is never "
-                                  "cut): shorten the texts, or answer open questions first",
-                                  rule="run.block_too_large")
+        try:
+            runrender.check_size(run, now)
+        except runs.RunRefused as exc:
             self._journal(run_id, event, writer, reason, request_id, exc)
-            raise exc
+            raise
         data = encode_run(run)
         commit = self.store.commit(base, {RUN_FILE: data},
                                    message(reason, run_id, event, writer, request_id, self.session),

@@ -59,6 +59,7 @@ FIELDS = ("time", "rule", "op", "key", "attempted", "expected", "head_value", "a
 _TEXT_MAX = 2000
 PREVIOUS_TRAILER = "Gitstate-Previous: "  # on a new generation's root: the full chain's head
 _NAME_RE = re.compile(r"[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)*")  # rules and ops, as errors.py names
+_TIME_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 _RUN_KEY_RE = re.compile(r"runs/[A-Za-z0-9._-]{1,64}")
 _TEXTS = ("actor", "writer", "reason", "request_id", "run_id", "message")
 WITHHELD = "[withheld: refused as a secret]"
@@ -66,9 +67,17 @@ _BASELINE_ENV = "GITSTATE_BENCH_NO_REFUSAL_JOURNAL"
 
 
 def _clip(value: Any) -> Any:
-    """Records keep what was attempted, bounded: a refused 1 MiB value is not kept whole."""
+    """Records keep what was attempted, bounded: a refused 1 MiB value is not kept whole.
+    A value clipped already stays as it is (so a record is what keeping it again gives)."""
+    if _clipped(value):
+        return value
     text = json.dumps(value, ensure_ascii=False, sort_keys=True)
     return value if len(text) <= _TEXT_MAX else {"clipped": text[:_TEXT_MAX]}
+
+
+def _clipped(value: Any) -> bool:
+    return isinstance(value, dict) and list(value) == ["clipped"] and \
+        isinstance(value["clipped"], str) and len(value["clipped"]) == _TEXT_MAX
 
 
 def withhold(name: str, fields: dict[str, Any]) -> Any:
@@ -86,16 +95,40 @@ def withhold(name: str, fields: dict[str, Any]) -> Any:
     return WITHHELD if secretscan.find(value) is not None else value
 
 
-def record(store: GitStore, identity: bytes, **fields: Any) -> str | None:
-    """Append one refusal; returns its commit (None when it could not be written)."""
-    if os.environ.get(_BASELINE_ENV):  # bench/refusal_storm.py's baseline: no journal
-        return None
+def keep(fields: dict[str, Any]) -> dict[str, Any]:
+    """The record of a refusal as it enters history: every field of :data:`FIELDS`, a
+    secret withheld (:func:`withhold`), a hidden character shown, each value clipped, the
+    time now when none is given. A record gitstate wrote is what keeping it again gives."""
     kept = {name: withhold(name, fields) for name in FIELDS}
     for name in (*_TEXTS, "key"):  # a hidden character is kept, shown (field_problem)
         if isinstance(kept[name], str) and not _plain(kept[name]):
             kept[name] = textsafe.visible(kept[name])
     entry = {name: _clip(value) for name, value in kept.items()}
     entry["time"] = entry["time"] or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return entry
+
+
+def written(entry: dict[str, Any], seq: int, previous: str | None,
+            parent_time: int | None) -> tuple[bytes, bytes, int]:
+    """One record's commit, byte for byte: (refusal.json, the message, the commit time).
+    The message is a summary line, ``Gitstate-Refusal: <record>``, ``Gitstate-Seq: <n>``
+    and, on a new generation's root, ``Gitstate-Previous: <head>``; the time is the
+    record's, or the parent's when that is later (commit times never go back within a
+    ref). :func:`record` writes with it and :func:`check_chain` re-derives with it."""
+    data = (json.dumps(entry, ensure_ascii=False, indent=2, sort_keys=True) + "\n").encode()
+    summary = f"refused {entry['op'] or 'write'} of {entry['key'] or '-'}: {entry['rule']}"
+    message = (summary.replace("\n", " ")[:200] + "\n\nGitstate-Refusal: "
+               + encode_json(entry) + f"\nGitstate-Seq: {seq}\n"
+               + (f"{PREVIOUS_TRAILER}{previous}\n" if previous else "")).encode()
+    when = int(datetime.fromisoformat(str(entry["time"]).replace("Z", "+00:00")).timestamp())
+    return data, message, when if parent_time is None else max(when, parent_time)
+
+
+def record(store: GitStore, identity: bytes, **fields: Any) -> str | None:
+    """Append one refusal; returns its commit (None when it could not be written)."""
+    if os.environ.get(_BASELINE_ENV):  # bench/refusal_storm.py's baseline: no journal
+        return None
+    entry = keep(fields)
     try:
         with locking.exclusive(store.git_dir / "gitstate-refusals.flock"):
             head = store.ref(REF)
@@ -105,17 +138,8 @@ def record(store: GitStore, identity: bytes, **fields: Any) -> str | None:
                 store.move_ref(PREVIOUS, store.ref(PREVIOUS), head)
                 store.move_ref(REF, head, None)
                 previous, head, seq = head, None, 1
-            data = (json.dumps(entry, ensure_ascii=False, indent=2, sort_keys=True)
-                    + "\n").encode()
-            summary = f"refused {entry['op'] or 'write'} of {entry['key'] or '-'}: " \
-                      f"{entry['rule']}"
-            message = (summary.replace("\n", " ")[:200] + "\n\nGitstate-Refusal: "
-                       + encode_json(entry) + f"\nGitstate-Seq: {seq}\n"
-                       + (f"{PREVIOUS_TRAILER}{previous}\n" if previous else "")).encode()
-            when = int(datetime.fromisoformat(str(entry["time"]).replace("Z", "+00:00"))
-                       .timestamp())
-            if head is not None:  # commit times never go back within a ref (a clock that
-                when = max(when, store.commit_times(head)[1])  # stepped back: the parent's)
+            data, message, when = written(entry, seq, previous, None if head is None
+                                          else store.commit_times(head)[1])
             commit = store.commit(head, {FILE: data}, message, identity, when, ref=REF)
         store.consolidate()  # outside the journal's lock, as after any write
         return commit
@@ -146,11 +170,12 @@ def field_problem(entry: dict[str, Any]) -> str | None:
     :func:`record` keeps them."""
     when = entry.get("time")
     try:
-        if not isinstance(when, str):
+        if not isinstance(when, str) or not _TIME_RE.fullmatch(when):
             raise ValueError
         datetime.fromisoformat(when.replace("Z", "+00:00"))
     except ValueError:
-        return f"time {str(when)[:40]!r} is not an ISO 8601 time"
+        return f"time {str(when)[:40]!r} is not an ISO 8601 time as gitstate writes it " \
+               "(YYYY-MM-DDTHH:MM:SSZ)"
     for name in ("rule", "op"):
         value = entry.get(name)
         if not (value is None and name == "op") and not (
@@ -229,18 +254,25 @@ def origin_id(git_dir: Path) -> str:
 
 
 def check_chain(store: GitStore, head: str) -> list[str]:
-    """A journal from elsewhere (a pull, a push to the server): every commit holds only
-    refusal.json, equal to its trailer; no merge; no more than RETAIN records; dated by
-    the clock rule of every namespace (``foreign.time_problem``)."""
+    """A journal from elsewhere (a pull, a push to the server), by re-derivation: every
+    record is what :func:`keep` keeps for it, and every commit is exactly the one
+    :func:`written` makes for it — refusal.json's bytes, the summary line and the trailers
+    (``Gitstate-Seq`` counting from the chain's root), the commit time (the record's, or
+    the parent's when later) with the author time equal to it (``refusals.rederive``); the
+    tree holds only refusal.json; no merge; no more than RETAIN records; dated by the clock
+    rule of every namespace (``foreign.time_problem``)."""
     import time
 
     from .foreign import time_problem
 
     out: list[str] = []
     now, newer = time.time(), None
+    chain = []
     for n, info in enumerate(store.walk(head), 1):
         if n > RETAIN:
             return [f"more than {RETAIN} records in one chain"]
+        chain.append(info)
+    for n, info in enumerate(chain):
         try:
             if len(info.parents) > 1:
                 raise ValueError("a merge")
@@ -258,9 +290,26 @@ def check_chain(store: GitStore, head: str) -> list[str]:
                 raise ValueError(f"[{clock[0]}] {clock[1]}")
             newer = commit_time
             entry = parse(info.message)
-            data = store.read_file(info.id, FILE) or b"null"
-            if json.loads(data) != entry:
-                raise ValueError(f"{FILE} differs from its trailer")
+            if keep(entry) != entry:
+                raise ValueError("[refusals.rederive] the record is not what the journal "
+                                 "keeps for it (a secret withheld, hidden characters shown, "
+                                 "each field clipped)")
+            previous = None if info.parents else _root_names(store, info.id)
+            if previous is not None and not re.fullmatch(r"[0-9a-f]{40}", previous):
+                raise ValueError(f"[refusals.rederive] {PREVIOUS_TRAILER.strip()} names no "
+                                 "commit")
+            data, message, when = written(entry, len(chain) - n, previous, store.commit_times(
+                info.parents[0])[1] if info.parents else None)
+            if store.read_file(info.id, FILE) != data:
+                raise ValueError(f"[refusals.rederive] {FILE} is not the bytes the journal "
+                                 "writes for its record")
+            if info.message != message:
+                raise ValueError("[refusals.rederive] the message is not the one the journal "
+                                 "writes for its record (summary, trailers or Seq differ)")
+            if commit_time != when or author_time != commit_time:
+                raise ValueError("[refusals.rederive] the commit is not dated as the journal "
+                                 "dates its record (the record's time, or the parent's when "
+                                 "later; author time equal to commit time)")
         except (ValueError, RecursionError, KeyError) as exc:
             out.append(f"{info.id[:12]}: {exc}")
             break

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import ledger, locking, maintenance, planners, requests, rules, trust
+from . import locking, maintenance, planners, requests, rules, runformat, trust
 from .approval_api import ApprovalMethods
 from .config import LOCALES, Config, load_config, resolve_tz
 from .engine import WriteEngine, identity, tz_offset
@@ -96,7 +96,7 @@ class StateRepo(ApprovalMethods, RunMethods):
         if self.config.sync == "remote-first":
             self.engine.committer = self.remote
         self.observations: dict[str, Observation] = {}
-        self._session = ledger.session_id()  # this opening, in run events' Gitstate-Process
+        self._session = runformat.session_id()  # this opening, in run events' Gitstate-Process
         if self.store.head() is None:
             raise NotInitialized(f"{self.state_dir} has no commit on main; run `gitstate init`")
         self.tree.repair_on_open()

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import runs
 from .errors import StoreError
-from .runformat import RUN_FILE, RUN_MAX_BYTES, encode_run, events, message
+from .runformat import RUN_FILE, RUN_MAX_BYTES, encode_run, events, message, trailer_problem
+from .runrender import check_size
 from .trust import Trust, claim_problem
 
 if TYPE_CHECKING:
@@ -74,15 +75,18 @@ def replay_problems(store: GitStore, run_id: str, head: str,
     of ``now`` (gitstate/foreign.py's clock rule); an ``approval_recorded`` must cite
     main's commit holding that decision (:class:`Links`, against ``main``). Writers are
     checked against the defaults and schema.yaml's ``runs: writers`` (``writers``).
-    ``foreign``: commits from elsewhere, where an approval event without its link is
-    refused and an event written as human or runtime counts only when ``trust`` says its
-    signer may act as that role (gitstate/trust.py); a local ledger recorded before links
-    were kept replays without them. Returns the problems (empty: the ledger is sound)."""
+    ``foreign``: commits from elsewhere, where the first commit is re-derived by
+    ``runs.goal`` (what ``Ledger.start`` calls), each event is checked with exactly the
+    writers the ledger uses, every commit keeps the block cap and its Writer and Process
+    trailers are as the ledger writes them, an approval event without its link is refused
+    and an event written as human or runtime counts only when ``trust`` says its signer
+    may act as that role (gitstate/trust.py); a local ledger recorded before links were
+    kept replays without them. Returns the problems (empty: the ledger is sound)."""
     import time as _time
 
     from .errors import InvalidInput
     from .foreign import time_problem
-    from .rules import check_reason
+    from .rules import check_reason, check_request_id
 
     now = _time.time() if now is None else now
     links = Links(store, main)
@@ -105,24 +109,34 @@ def replay_problems(store: GitStore, run_id: str, head: str,
                 raise ValueError(f"{info.id[:12]}: [{clock[0]}] {clock[1]}")
             previous = commit_time
             check_reason(reason)
+            if foreign:  # as the ledger writes them: a role, and session_id's shape
+                shape = trailer_problem(fields["Writer"], fields.get("Process", ""))
+                if shape is not None:
+                    raise ValueError(f"{info.id[:12]}: {shape}")
+            request = json.loads(fields["Request"]) if "Request" in fields else None
+            if request is not None:
+                check_request_id(request)
             event = json.loads(fields["Event"])
             when = datetime.fromtimestamp(commit_time, UTC)
             if run is None:
-                if event.get("type") != "goal_created" or info.parents:
+                if not isinstance(event, dict) or event.get("type") != "goal_created" or \
+                        info.parents:
                     raise ValueError("the first commit must be goal_created, with no parent")
                 run = _created(run_id, event, when)
             else:
                 event = runs.validate_event(event)
                 decisions = links.decisions(event, when) if event["type"] == \
                     "approval_recorded" and (foreign or "main_commit" in event) else None
-                run = _replay(run, event, fields["Writer"], when, writers, decisions)
+                run = _replay(run, event, fields["Writer"], when, writers, decisions,
+                              exact=foreign)
+            if foreign:  # the cap a local write keeps, on every commit
+                check_size(run, when)
             data = store.read_file(info.id, RUN_FILE) or b"null"
             if len(data) > RUN_MAX_BYTES or json.loads(data) != run or (
                     foreign and data != encode_run(run)):
                 problems.append(f"{info.id[:12]}: run.json differs from the replay of "
                                 "its events")
                 break
-            request = json.loads(fields["Request"]) if "Request" in fields else None
             wanted = message(reason, run_id, event, fields["Writer"], request,
                              fields.get("Process", ""))
             if foreign and fields["Writer"] in ("human", "runtime"):
@@ -143,15 +157,31 @@ def replay_problems(store: GitStore, run_id: str, head: str,
 
 
 def _created(run_id: str, event: dict[str, Any], when: datetime) -> dict[str, Any]:
-    return runs.new_run(run_id, description=event["description"], criteria=event["criteria"],
-                        constraints=event["constraints"], risk=event["risk"],
-                        owner=event["owner"], now=when, budget=event["budget"])
+    """The first commit again, as ``Ledger.start`` makes it (``runs.goal``): exactly the
+    goal's fields, each valid, and the event the ledger would record for them."""
+    extra = sorted(set(event) - {"type", *runs.GOAL_FIELDS})
+    missing = sorted(set(runs.GOAL_FIELDS) - set(event))
+    if extra or missing:
+        raise runs.RunRefused(f"goal_created: {'unknown' if extra else 'missing'} field "
+                              f"{(extra or missing)[0][:40]!r}", rule="run.invalid")
+    run, wanted = runs.goal(run_id, now=when, **{name: event[name]
+                                                  for name in runs.GOAL_FIELDS})
+    if wanted != event:
+        raise runs.RunRefused("goal_created is not the event the ledger records for its "
+                              "goal", rule="run.invalid")
+    return run
 
 
 def _replay(run: dict[str, Any], event: dict[str, Any], writer: str, when: datetime,
             writers: Mapping[str, tuple[str, ...]],
-            decisions: Mapping[str, str] | None) -> dict[str, Any]:
-    """One recorded event again; its writer may rest on the defaults or on the schema."""
+            decisions: Mapping[str, str] | None, *, exact: bool) -> dict[str, Any]:
+    """One recorded event again. ``exact`` (commits from elsewhere): with exactly the
+    writers the ledger uses (schema.yaml's ``runs: writers`` where it names the event, else
+    the defaults); otherwise (this clone's own ledger, recorded under the schema of its
+    time) its writer may rest on the defaults or on the schema."""
+    if exact:
+        return runs.apply_event(run, event, writer, when, writers=writers,
+                                approvals=decisions)
     try:
         return runs.apply_event(run, event, writer, when, approvals=decisions)
     except runs.RunRefused as exc:

@@ -7,6 +7,9 @@ its trailers (``Gitstate-Run``, ``Gitstate-Event``, ``Gitstate-Writer``, ``Gitst
 from __future__ import annotations
 
 import json
+import os
+import re
+import socket
 from typing import TYPE_CHECKING, Any
 
 from .trailers import encode_json
@@ -22,6 +25,33 @@ RUN_FILE = "run.json"
 RUN_MAX_BYTES = 1 << 20
 
 _TRAILERS = ("Run", "Event", "Writer", "Request", "Process")
+HOST_MAX = 40
+_SESSION = re.compile(r"([^:]{0,40}):([1-9][0-9]{0,9}):([0-9a-f]{6})")
+
+
+def session_id() -> str:
+    """Who wrote an event (``Gitstate-Process``): host, process and one opening of the
+    repository. A run continued under another one (a restart, another machine after pull)
+    counts as a resume."""
+    host = "".join(c if c.isalnum() or c in "-." else "-"
+                   for c in socket.gethostname()[:HOST_MAX])
+    return f"{host}:{os.getpid()}:{os.urandom(3).hex()}"
+
+
+def trailer_problem(writer: str, session: str) -> str | None:
+    """What in a commit's ``Gitstate-Writer`` and ``Gitstate-Process`` the ledger would not
+    have written (None: nothing): the writer is one of the roles, the process is
+    :func:`session_id`'s shape (host of letters, digits, ``-`` and ``.``, a process id, six
+    hex digits)."""
+    from .schema import WRITERS
+
+    if writer not in WRITERS:
+        return f"[run.writer] Gitstate-Writer {writer[:40]!r} is not one of {', '.join(WRITERS)}"
+    shape = _SESSION.fullmatch(session)
+    if shape is None or not all(c.isalnum() or c in "-." for c in shape.group(1)):
+        return (f"[run.process] Gitstate-Process {session[:60]!r} is not host:pid:6 hex digits, "
+                "as the ledger writes it")
+    return None
 
 
 def message(reason: str, run_id: str, event: dict[str, Any], writer: str,

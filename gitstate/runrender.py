@@ -14,7 +14,7 @@ that fitted.
 
 from __future__ import annotations
 
-from datetime import tzinfo
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from .model import parse_time
@@ -103,3 +103,16 @@ def render_run(run: dict[str, Any], next_action: dict[str, Any], locale: str,
 def largest(run: dict[str, Any], next_action: dict[str, Any], tz: tzinfo) -> int:
     """The block's size in bytes in its longest locale (what the cap is checked against)."""
     return max(len(render_run(run, next_action, loc, tz).encode()) for loc in LOCALES)
+
+
+def check_size(run: dict[str, Any], now: datetime) -> None:
+    """The cap every run commit keeps (``run.block_too_large``): checked by the ledger before
+    it writes an event and by the replay of a run from elsewhere (gitstate/runcheck.py)."""
+    from . import runs
+
+    size = largest(run, runs.next_action(run, now), UTC)
+    if size > MAX_BYTES:
+        raise runs.RunRefused(f"after this event the run's <state> block would be {size} "
+                              f"bytes, over its cap of {MAX_BYTES} (it is never cut): "
+                              "shorten the texts, or answer open questions first",
+                              rule="run.block_too_large")

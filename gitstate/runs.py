@@ -141,6 +141,32 @@ def new_run(run_id: str, *, description: str, criteria: list[str], constraints: 
     return {"format": FORMAT, "goal": goal, "state": state}
 
 
+BUDGET_KEYS = ("max_iterations", "max_tokens", "max_cost_cents", "deadline_at")
+GOAL_FIELDS = ("description", "criteria", "constraints", "risk", "owner", "budget")
+
+
+def goal(run_id: str, *, description: str, criteria: list[str], constraints: list[str],
+         risk: str, owner: str, now: datetime,
+         budget: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the run, its ``goal_created`` event) as a run's first commit records them: what
+    ``Ledger.start`` writes and what the replay of a run from elsewhere re-derives its first
+    commit with (gitstate/runcheck.py). The goal's lists are lists of texts and the budget
+    names only :data:`BUDGET_KEYS`."""
+    for name, value in (("criteria", criteria), ("constraints", constraints)):
+        if not isinstance(value, list):
+            raise _refuse("invalid", f"goal_created.{name} must be a list of texts")
+    if not isinstance(budget, dict) or set(budget) - set(BUDGET_KEYS):
+        raise _refuse("invalid", "goal_created.budget names only "
+                      f"{', '.join(BUDGET_KEYS)}")
+    run = new_run(run_id, description=description, criteria=list(criteria),
+                  constraints=list(constraints), risk=risk, owner=owner, now=now,
+                  budget=budget)
+    event = {"type": "goal_created", "description": description, "criteria": list(criteria),
+             "constraints": list(constraints), "risk": risk, "owner": run["goal"]["owner"],
+             "budget": dict(budget)}
+    return run, event
+
+
 def validate_event(event: object) -> dict[str, Any]:
     """An event, strictly: a known type, exactly its fields, each of its type."""
     if not isinstance(event, dict) or not isinstance(event.get("type"), str):

@@ -124,8 +124,9 @@ def pull(store: GitStore, url: str,
 
 
 def verify_pushed(store: GitStore, ref: str, old: str | None, new: str | None,
-                  trust: Trust | None = None) -> list[str]:
-    """The pre-receive check of one run ref update: no deletion, no rewrite, a replay."""
+                  trust: Trust | None = None, *, main: str | None = None) -> list[str]:
+    """The pre-receive check of one run ref update: no deletion, no rewrite, a replay
+    against ``main`` (main as this push leaves it; default: the server's main now)."""
     name = ref[len(PREFIX):]
     try:
         check_run_id(name)
@@ -135,7 +136,7 @@ def verify_pushed(store: GitStore, ref: str, old: str | None, new: str | None,
         return [f"deleting {ref} is refused: a run's ledger is kept"]
     if old is not None and not store.is_ancestor(old, new):
         return [f"{ref}: a run only grows; this push rewrites it"]
-    main = store.ref(BRANCH)
+    main = main or store.ref(BRANCH)
     schema = _schema_at(store, main)
     return [f"{ref}: {p}" for p in replay_problems(
         store, name, new, dict(schema.run_writers) if schema else {}, main=main, foreign=True,

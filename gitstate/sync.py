@@ -15,6 +15,7 @@ git hosting is the distributed engine; gitstate adds the rules:
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -332,8 +333,11 @@ def clone(url: str, agent_dir: Path) -> str:
 
 # -- server side --------------------------------------------------------------------------
 
-def verify_push(git_dir: Path, old: str, new: str, ref: str) -> list[str]:
-    """What a pre-receive hook runs for one ref update in a (bare) server repository."""
+def verify_push(git_dir: Path, old: str, new: str, ref: str,
+                main: str | None = None) -> list[str]:
+    """What a pre-receive hook runs for one ref update in a (bare) server repository.
+    ``main``: main's commit after this push when the same push moves it (a run ledger's
+    approval links and writers are checked against it), else main's head now."""
     from .refusals import REMOTE_PREFIX, check_update
     from .runformat import PREFIX as RUNS
     from .runsync import verify_pushed
@@ -365,8 +369,11 @@ def verify_push(git_dir: Path, old: str, new: str, ref: str) -> list[str]:
             return [f"{ref}: {p}" for p in check_update(store, None if old == zero else old,
                                                         new)]
         if ref != BRANCH:
+            if main is not None and not re.fullmatch(r"[0-9a-f]{40}", main):
+                return [f"--main {main[:60]!r} is not a commit id (40 lowercase hex digits)"]
             return verify_pushed(store, ref, None if old == zero else old,
-                                 None if new == zero else new, trust)
+                                 None if new == zero else new, trust,
+                                 main=None if main in (None, zero) else main)
         return [str(p) for p in foreign.check_range(store, None if old == zero else old, new,
                                                     trust=trust)]
     finally:

@@ -26,7 +26,7 @@ from gitstate import approvals, runs
 from gitstate.errors import GitStateError
 from gitstate.model import format_time
 from gitstate.repo import StateRepo
-from gitstate.runformat import PREFIX, message
+from gitstate.runformat import PREFIX, encode_run, message
 from gitstate.trailers import Change
 from tests.forge import Forge
 from tests.helpers import GIT, Clock, git, install_pre_receive, trust_remote
@@ -193,7 +193,7 @@ def test_the_hook_refuses_a_forged_approval_step(world: World, attack: str) -> N
 # -- run ledgers ------------------------------------------------------------------------------
 
 def _run_commit(w: World, event: dict[str, Any], *, when: int, writer: str = "runtime",
-                author: int | None = None) -> str:
+                author: int | None = None, process: str = "forger:1:abcdef") -> str:
     """A run commit exactly as the ledger writes one — the event applied by runs.py to the
     parent's run.json, the ledger's own message — unless the event itself is the lie."""
     import json
@@ -207,20 +207,42 @@ def _run_commit(w: World, event: dict[str, Any], *, when: int, writer: str = "ru
     if event["type"] == "approval_recorded" and event["decision"] == "approved":
         run["state"]["awaiting_approval"], run["state"]["stop_reason"] = None, None
         run["goal"]["status"] = "active"
-    data = json.dumps(run, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
-    blob = git(w.bare, "hash-object", "-w", "--stdin", input=data).stdout
+    return _write_run(w, RUN, head, run, message("approved by phone", RUN, event, writer,
+                                                 None, process), when, author)
+
+
+def _write_run(w: World, run_id: str, parent: str | None, run: dict[str, Any], msg: bytes,
+               when: int, author: int | None = None) -> str:
+    blob = git(w.bare, "hash-object", "-w", "--stdin", input=encode_run(run).decode()).stdout
     tree = git(w.bare, "mktree", input=f"100644 blob {blob.strip()}\trun.json\n").stdout
-    msg = message("approved by phone", RUN, event, writer, None, "forger:1:abcdef")
     env = {**os.environ, "GIT_AUTHOR_NAME": "x", "GIT_AUTHOR_EMAIL": "x@x",
            "GIT_COMMITTER_NAME": "x", "GIT_COMMITTER_EMAIL": "x@x",
            "GIT_COMMITTER_DATE": f"{when} +0000",
            "GIT_AUTHOR_DATE": f"{author or when} +0000"}
     out = subprocess.run([GIT or "git", "-C", str(w.bare), "commit-tree", tree.strip(),
-                          "-p", head, "-F", "-"], input=msg, capture_output=True, env=env,
-                         check=True)
+                          *(["-p", parent] if parent else []), "-F", "-"], input=msg,
+                         capture_output=True, env=env, check=True)
     commit = out.stdout.decode().strip()
-    git(w.bare, "update-ref", PREFIX + RUN, commit)
+    git(w.bare, "update-ref", PREFIX + run_id, commit)
     return commit
+
+
+GOAL = {"type": "goal_created", "description": "refund O-9", "criteria": ["done"],
+        "constraints": [], "risk": "high", "owner": "runtime", "budget": {}}
+
+
+def _goal_commit(w: World, event: dict[str, Any], *, writer: str = "runtime",
+                 process: str = "forger:1:abcdef") -> str:
+    """A new run's first commit: the run runs.new_run makes for the goal's fields (what a
+    forger can compute), the ledger's message, unless the event, writer or process lie."""
+    moment = datetime.now(UTC).replace(microsecond=0)
+    run = runs.new_run("forged-9", description=event["description"],
+                       criteria=event["criteria"], constraints=event["constraints"],
+                       risk=event["risk"], owner=event["owner"], now=moment,
+                       budget=event["budget"])
+    return _write_run(w, "forged-9", None, run, message("start", "forged-9", event, writer,
+                                                        None, process),
+                      int(moment.timestamp()))
 
 
 def _main(w: World) -> str:
@@ -258,6 +280,22 @@ RUN_ATTACKS = {
                                                       "question": "?"},
                                                   when=w.at(3), author=w.at(1)),
                             "run.rederive"),
+    # goal_created: fields the ledger never records, a junk budget, a goal too big to start
+    "goal-extra-fields": (lambda w: _goal_commit(w, {**GOAL, "admin": True,
+                                                     "note": "\u202eevil"}), "run.invalid"),
+    "goal-budget-junk": (lambda w: _goal_commit(w, {**GOAL, "budget": {
+        "max_iterations": 3, "junk": {"x": 1}}}), "run.invalid"),
+    "goal-block-too-large": (lambda w: _goal_commit(w, {**GOAL, "description": "d" * 900,
+                                                        "criteria": [c * 900 for c in "cefg"]}),
+                             "run.block_too_large"),
+    # trailers the ledger never writes: a writer that is no role, a process that is not
+    # session_id's shape (hidden characters, 100 KB), on the first commit or a later one
+    "goal-writer-root": (lambda w: _goal_commit(w, GOAL, writer="root\u200b"), "run.writer"),
+    "goal-process-bidi": (lambda w: _goal_commit(w, GOAL, process="\u202e sess \u200b"),
+                          "run.process"),
+    "event-process-huge": (lambda w: _run_commit(w, {"type": "question_opened",
+                                                     "question": "why?"}, when=w.at(3),
+                                                 process="x" * 100_000), "run.process"),
 }
 
 
@@ -284,10 +322,75 @@ def test_the_hook_refuses_a_forged_run_event(world: World, attack: str) -> None:
     make, rule = RUN_ATTACKS[attack]
     server = world.guarded()
     forged = make(world)
+    [ref] = git(world.bare, "for-each-ref", "--format=%(refname)", "--points-at", forged,
+                PREFIX).stdout.split()
     out = subprocess.run([GIT or "git", "-C", str(world.bare), "push", str(server),
-                          f"{forged}:{PREFIX}{RUN}"], capture_output=True, text=True,
+                          f"{forged}:{ref}"], capture_output=True, text=True,
                          timeout=60, check=False)
     assert out.returncode != 0 and f"[{rule}]" in out.stderr, out.stderr
+
+
+def test_the_ledger_refuses_the_goals_the_replay_refuses(world: World) -> None:
+    """A local start refuses the goals above as the replay does, by the same code."""
+    for event, rule in (({**GOAL, "budget": {"max_iterations": 3, "junk": 1}}, "run.invalid"),
+                        ({**GOAL, "description": "d" * 900,
+                          "criteria": [c * 900 for c in "cefg"]}, "run.block_too_large")):
+        with pytest.raises(runs.RunRefused) as err:
+            world.a.runs.start("local-9", reason="start",
+                               **{k: v for k, v in event.items() if k != "type"})
+        assert err.value.rule == rule
+
+
+RUN_WRITERS = SCHEMA.replace("version: 1", "version: 2") + "runs:\n  writers:\n    cancelled: [runtime]\n"
+
+
+def test_the_schemas_run_writers_hold_for_events_from_elsewhere(world: World) -> None:
+    """schema.yaml narrows ``cancelled`` to the runtime: a human's cancel is refused here
+    (run.writer), and so is one recorded elsewhere, by pull and by the hook — which checks
+    it against the schema of the main pushed with it, in the same push."""
+    server = world.guarded()  # holds the schema before the narrowing
+    world.a.set_schema(RUN_WRITERS, "only the runtime cancels")
+    world.a.push()
+    with StateRepo(world.b) as repo:
+        repo.pull()
+    with world.human() as human, pytest.raises(runs.RunRefused) as err:
+        human.runs.event(RUN, {"type": "cancelled", "reason": "stop"}, "stop it")
+    assert err.value.rule == "run.writer"
+    forged = _run_commit(world, {"type": "cancelled", "reason": "stop"}, when=w_now(),
+                         writer="human")
+    before = Snapshot(world.b)
+    with StateRepo(world.b) as repo, pytest.raises(GitStateError) as pulled:
+        repo.pull()
+    assert pulled.value.rule == "remote.run_invalid" and "[run.writer]" in \
+        pulled.value.message, pulled.value.message
+    before.unchanged()
+    out = subprocess.run([GIT or "git", "-C", str(world.bare), "push", str(server),
+                          "main:main", f"{forged}:{PREFIX}{RUN}"], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert out.returncode != 0 and "[run.writer]" in out.stderr, out.stderr
+    assert git(server, "rev-parse", "main").stdout.strip() != _main(world)
+
+
+def w_now() -> int:
+    return int(time.time())
+
+
+def test_main_and_a_run_citing_it_pass_the_hook_in_one_push(world: World) -> None:
+    """Honest: the run's approval_recorded cites a main commit the new server receives in
+    the same push; the hook checks the run against main as the push leaves it."""
+    server = world.tmp / "srv" / "fresh.git"
+    subprocess.run([GIT or "git", "init", "-q", "--bare", "-b", "main", str(server)],
+                   check=True)
+    install_pre_receive(server, world.tmp)
+    world.clock.advance(hours=1)
+    with world.human() as human:
+        human.approve(world.approval, "the order checks out")
+    world.clock.advance(minutes=1)
+    world.a.runs.event(RUN, _recorded(world.approval), "the operator approved")
+    out = git(world.a.state_dir, "push", str(server), "main", f"{PREFIX}{RUN}")
+    assert out.returncode == 0, out.stderr
+    assert git(server, "rev-parse", f"{PREFIX}{RUN}").stdout.strip() == \
+        world.a.store.ref(PREFIX + RUN)
 
 
 def test_honest_decisions_and_their_run_event_pass_pull_and_the_hook(world: World) -> None:
@@ -319,18 +422,16 @@ def test_honest_decisions_and_their_run_event_pass_pull_and_the_hook(world: Worl
 # -- refusal journals: the same clock rule --------------------------------------------------
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_pull_refuses_a_journal_dated_ahead(world: World, transport: str,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """A new journal whose one record is committed a day ahead of the receiver's clock."""
+def test_pull_refuses_a_journal_dated_ahead(world: World, transport: str) -> None:
+    """A new journal whose one record is dated, and committed, a day ahead of the
+    receiver's clock."""
     from tests.test_refusals import _forge
 
     with StateRepo(world.b) as repo:
         repo.pull()
-    ahead = int(time.time()) + 86400
-    monkeypatch.setenv("GIT_COMMITTER_DATE", f"{ahead} +0000")
-    monkeypatch.setenv("GIT_AUTHOR_DATE", f"{ahead} +0000")
+    ahead = datetime.fromtimestamp(int(time.time()) + 86400, UTC)
     git(world.bare, "update-ref", "refs/gitstate/refusals/00000000000000aa",
-        _forge(world.bare, None))
+        _forge(world.bare, None, time=format_time(ahead)))
     before = Snapshot(world.b)
     with served(transport, world.bare) as url, StateRepo(world.b) as repo:
         repo.store.set_remote_url(url)
@@ -339,3 +440,109 @@ def test_pull_refuses_a_journal_dated_ahead(world: World, transport: str,
         assert err.value.rule == "remote.refusals_invalid", err.value.message
         assert "[time.future]" in err.value.message, err.value.message
     before.unchanged()
+
+
+def _journal_lie(w: World, **fields: Any) -> str:
+    from tests.test_refusals import _forge
+
+    now = int(time.time())
+    lie: dict[str, Any] = {}
+    record = {"time": format_time(datetime.fromtimestamp(now, UTC)), "rule": "schema.range",
+              "op": "set", "key": "stop_loss", "attempted": 1, "actor": "human",
+              "writer": "human", "reason": "x"}
+    for name in ("data", "message", "when"):
+        if name in fields:
+            lie[name] = fields.pop(name)
+    return _forge(w.bare, None, lie=lie, **{**record, **fields})
+
+
+def _summary_forged(w: World) -> str:
+    from gitstate import refusals
+
+    entry = {**dict.fromkeys(refusals.FIELDS), "time": format_time(datetime.now(UTC)),
+             "rule": "schema.range", "op": "set", "key": "stop_loss", "attempted": 1,
+             "actor": "human", "writer": "human", "reason": "x"}
+    _data, msg, _when = refusals.written(entry, 1, None, None)
+    msg = msg.replace(b"refused set of stop_loss: schema.range",
+                      b"refused consume of approval.c218a5e976a1: approval.expired")
+    return _journal_lie(w, message=msg.replace(b"Gitstate-Seq: 1", b"Gitstate-Seq: 777"),
+                        time=entry["time"])
+
+
+def _true_for_one(w: World) -> str:
+    from gitstate import refusals
+
+    entry = {**dict.fromkeys(refusals.FIELDS), "time": format_time(datetime.now(UTC)),
+             "rule": "schema.range", "op": "set", "key": "stop_loss", "attempted": 1,
+             "actor": "human", "writer": "human", "reason": "x"}
+    data = refusals.written({**entry, "attempted": True}, 1, None, None)[0]
+    return _journal_lie(w, data=data, time=entry["time"])
+
+
+JOURNAL_ATTACKS = {
+    # a record pinned to the top of every listing: its time is not its commit's
+    "time-far-ahead-of-commit": (lambda w: _journal_lie(w, time="8999-12-31T23:59:59Z",
+                                                        when=int(time.time())),
+                                 "refusals.rederive"),
+    "time-date-only": (lambda w: _journal_lie(w, time="2026-12-03"), "refusals.bad_record"),
+    "attempted-unclipped": (lambda w: _journal_lie(w, attempted="A" * 30_000),
+                            "refusals.rederive"),
+    "summary-and-seq-forged": (_summary_forged, "refusals.rederive"),
+    "json-true-for-1": (_true_for_one, "refusals.rederive"),
+}
+JOURNAL = "refs/gitstate/refusals/00000000000000aa"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("attack", sorted(JOURNAL_ATTACKS))
+def test_pull_refuses_a_journal_record_the_journal_would_not_write(
+        world: World, transport: str, attack: str) -> None:
+    make, rule = JOURNAL_ATTACKS[attack]
+    with StateRepo(world.b) as repo:
+        repo.pull()
+    git(world.bare, "update-ref", JOURNAL, make(world))
+    before = Snapshot(world.b)
+    with served(transport, world.bare) as url, StateRepo(world.b) as repo:
+        repo.store.set_remote_url(url)
+        with pytest.raises(GitStateError) as err:
+            repo.pull()
+        assert err.value.rule == "remote.refusals_invalid", err.value.message
+        assert f"[{rule}]" in err.value.message, err.value.message
+    before.unchanged()
+
+
+@pytest.mark.parametrize("attack", sorted(JOURNAL_ATTACKS))
+def test_the_hook_refuses_a_journal_record_the_journal_would_not_write(
+        world: World, attack: str) -> None:
+    make, rule = JOURNAL_ATTACKS[attack]
+    server = world.guarded()
+    forged = make(world)
+    out = subprocess.run([GIT or "git", "-C", str(world.bare), "push", str(server),
+                          f"{forged}:{JOURNAL}"], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert out.returncode != 0 and f"[{rule}]" in out.stderr, out.stderr
+
+
+def test_an_honest_journal_passes_pull_and_the_hook(world: World) -> None:
+    """The control: A's own refusals (an attempt clipped, a clock that stepped back)
+    re-derive, through the hook and on B."""
+    from gitstate import refusals
+
+    server = world.guarded()
+    world.a.store.set_remote_url(str(server))
+    with contextlib.suppress(GitStateError):
+        world.a.set("approval.x", {f"k{n}": "A" * 900 for n in range(3)}, "reserved")
+    world.clock.advance(hours=-2)
+    with contextlib.suppress(GitStateError):
+        world.a.set("approval.y", 1, "stepped back")
+    assert "refusals_not_pushed" not in world.a.push().runs
+    assert refusals.problems(world.a.store) == []
+    newer, older = refusals.entries(world.a.store)
+    assert list(older["attempted"]) == ["clipped"] and newer["time"] < older["time"]
+    assert world.a.store.commit_times(newer["commit"]) == \
+        world.a.store.commit_times(older["commit"])  # dated the parent's: never back
+    with StateRepo(world.b) as repo:
+        repo.store.set_remote_url(str(server))
+        repo.pull()
+        assert len([e for e in refusals.entries(repo.store)
+                    if e.get("origin") != "local" and not e.get("damaged")]) == 2

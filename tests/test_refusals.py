@@ -9,8 +9,10 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +20,7 @@ from gitstate import refusals
 from gitstate.errors import GitStateError
 from gitstate.htmlreport import slug
 from gitstate.repo import StateRepo
+from gitstate.trailers import encode_json
 from tests.helpers import GIT, assert_fsck_clean, git, install_pre_receive, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -212,20 +215,39 @@ def test_verify_names_a_journal_record_gitstate_did_not_write(repo: StateRepo) -
 
 
 def _forge(repo_dir: Path, parent: str | None, previous: str | None = None,
-           **fields: object) -> str:
-    """A journal commit built as an attacker would, with git: a well-formed record (the
-    tree equal to its trailer) whose values are the attacker's."""
+           lie: dict[str, Any] | None = None, **fields: object) -> str:
+    """A journal commit built as an attacker would, with git: a record whose commit is the
+    one the journal writes for it (refusals.written: the bytes, the message, the Seq, the
+    dates), so that only the attacker's values are wrong — or what ``lie`` replaces
+    (``data``: refusal.json's bytes, ``message``, ``when``: the commit time)."""
     entry: dict[str, object] = dict.fromkeys(refusals.FIELDS)
     entry.update({"time": "2026-01-01T00:00:00Z", "rule": "cas.mismatch", "op": "set",
                   "key": "stop_loss.2317", "reason": "forged"}, **fields)
-    blob = git(repo_dir, "hash-object", "-w", "--stdin",
-               input=json.dumps(entry, sort_keys=True)).stdout.strip()
+    seq = 1 if parent is None else \
+        int(git(repo_dir, "rev-list", "--count", parent).stdout) + 1
+    parent_time = None if parent is None else \
+        int(git(repo_dir, "log", "-1", "--format=%ct", parent).stdout)
+    try:
+        data, message, when = refusals.written(entry, seq, previous, parent_time)
+    except (ValueError, TypeError):  # a time that is no time: the rest as written, dated now
+        data, message, _ = refusals.written({**entry, "time": "2026-01-01T00:00:00Z"}, seq,
+                                            previous, parent_time)
+        good = encode_json({**entry, "time": "2026-01-01T00:00:00Z"})
+        message = message.replace(good.encode(), encode_json(entry).encode())
+        data = (json.dumps(entry, ensure_ascii=False, indent=2, sort_keys=True)
+                + "\n").encode()
+        when = int(time.time())
+    data, message = (lie or {}).get("data", data), (lie or {}).get("message", message)
+    when = (lie or {}).get("when", when)
+    blob = subprocess.run([GIT or "git", "-C", str(repo_dir), "hash-object", "-w", "--stdin"],
+                          input=data, capture_output=True, check=True).stdout.decode().strip()
     tree = git(repo_dir, "mktree", input=f"100644 blob {blob}\trefusal.json\n").stdout.strip()
-    message = ("refused\n\nGitstate-Refusal: " + json.dumps(entry, sort_keys=True)
-               + "\nGitstate-Seq: 1\n"
-               + (f"{refusals.PREVIOUS_TRAILER}{previous}\n" if previous else ""))
-    return git(repo_dir, "-c", "user.name=x", "-c", "user.email=x@x", "commit-tree", tree,
-               *(["-p", parent] if parent else []), "-m", message).stdout.strip()
+    env = {**os.environ, "GIT_AUTHOR_NAME": "x", "GIT_AUTHOR_EMAIL": "x@x",
+           "GIT_COMMITTER_NAME": "x", "GIT_COMMITTER_EMAIL": "x@x",
+           "GIT_COMMITTER_DATE": f"{when} +0000", "GIT_AUTHOR_DATE": f"{when} +0000"}
+    return subprocess.run([GIT or "git", "-C", str(repo_dir), "commit-tree", tree,
+                           *(["-p", parent] if parent else []), "-F", "-"], input=message,
+                          capture_output=True, env=env, check=True).stdout.decode().strip()
 
 
 def _ref(repo_dir: Path, ref: str) -> str:

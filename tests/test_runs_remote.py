@@ -44,7 +44,8 @@ def _pair(tmp_path: Path) -> tuple[StateRepo, StateRepo, Path]:
 def _forge(bare: Path, run: str, parent: str | None, run_json: str, event: str) -> str:
     blob = git(bare, "hash-object", "-w", "--stdin", input=run_json).stdout.strip()
     tree = git(bare, "mktree", input=f"100644 blob {blob}\trun.json\n").stdout.strip()
-    msg = f"forged\n\nGitstate-Run: {run}\nGitstate-Event: {event}\nGitstate-Writer: runtime\n"
+    msg = f"forged\n\nGitstate-Run: {run}\nGitstate-Event: {event}\nGitstate-Writer: runtime\n" \
+          "Gitstate-Process: forger:1:abcdef\n"
     args = ["commit-tree", tree, "-m", msg] + (["-p", parent] if parent else [])
     return git(bare, *ID, *args).stdout.strip()
 

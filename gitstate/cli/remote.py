@@ -163,17 +163,26 @@ def clone(obj: Ctx, url: str, directory: Path | None) -> None:
 @click.argument("ref")
 @click.option("--git-dir", type=click.Path(file_okay=False, path_type=Path), default=".",
               help="The (bare) repository receiving the push (default: current directory).")
-def verify_push(old: str, new: str, ref: str, git_dir: Path) -> None:
+@click.option("--main", "main", metavar="COMMIT", default=None,
+              help="main as it will be after this push, for a run ledger's checks (its "
+                   "approval links and the schema's writers); default: the server's main "
+                   "now. The hook passes the pushed main's new commit, which it checks in "
+                   "the same run: one refused ref refuses the whole push.")
+def verify_push(old: str, new: str, ref: str, git_dir: Path, main: str | None) -> None:
     """Server-side check of one pushed ref update (what hooks/git/pre-receive runs).
 
     Checks every new commit exactly like a local write (docs/security.md): history (no
     rewrite, no merge, time never before the parent), the tree (only the known files, regular
     and bounded), the trailers and every input rule, replay to the committed state, and every
     cap, limit and the schema. Each refusal names its rule.
+
+    \b
+    gitstate verify-push --git-dir srv.git OLD NEW refs/heads/main
+    gitstate verify-push --git-dir srv.git --main NEWMAIN OLD NEW refs/heads/runs/r1
     """
     from ..sync import verify_push as check
 
-    problems = check(git_dir, old, new, ref)
+    problems = check(git_dir, old, new, ref, main=main)
     for problem in problems:
         click.echo(f"gitstate: {textsafe.visible(problem)}", err=True)
     if problems:
