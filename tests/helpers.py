@@ -96,13 +96,20 @@ def install_pre_receive(bare: Path, tmp_path: Path, *, trust_remote: bool = True
     if trust_remote:
         subprocess.run([GIT or "git", "-C", str(bare), "config", "gitstate.trustRemote",
                         "true"], check=True)
+    write_pre_receive(bare / "hooks" / "pre-receive", tmp_path)
+
+
+def write_pre_receive(hook: Path, tmp_path: Path) -> None:
+    """hooks/git/pre-receive written to ``hook``, calling this checkout's gitstate (a shim
+    in ``tmp_path``/bin) — for a bare repository, or where a server such as gitolite keeps
+    the hooks it links into its repositories."""
     root = Path(__file__).resolve().parent.parent
     shim = tmp_path / "bin" / "gitstate"
     shim.parent.mkdir(exist_ok=True)
     shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m gitstate \"$@\"\n")
     shim.chmod(0o755)
-    hook = bare / "hooks" / "pre-receive"
     text = (root / "hooks" / "git" / "pre-receive").read_text()
+    hook.parent.mkdir(parents=True, exist_ok=True)
     hook.write_text(text.replace("GITSTATE=${GITSTATE:-gitstate}", f"GITSTATE={shim}"))
     hook.chmod(0o755)
 
