@@ -7,8 +7,13 @@ runtime in the server's pushers file) and alice (the human's key, role human). T
 repository's pre-receive is gitstate's hooks/git/pre-receive, installed the way gitolite
 supports (the repo-specific-hooks feature: `option hook.pre-receive = ...` in gitolite.conf,
 the hook kept in LOCAL_CODE), and `gitstate.pushers` is set by gitolite.conf's `config`
-line (GIT_CONFIG_KEYS in .gitolite.rc). Skipped where gitolite3, sshd or ssh-keygen are
-missing, or sshd cannot start."""
+line (GIT_CONFIG_KEYS in .gitolite.rc).
+
+Each case runs twice: over the real sshd (skipped where sshd cannot start), and with
+GIT_SSH_COMMAND pointing to a small script that does what sshd's forced command does — it
+finds the authorized_keys line holding the key, and runs its command in a clean environment
+with SSH_ORIGINAL_COMMAND set to the command git asked for — so the gitolite half is run
+even where no sshd can listen. Skipped where gitolite3 or ssh-keygen is missing."""
 
 from __future__ import annotations
 
@@ -30,17 +35,28 @@ from tests.test_trust import Pair, _decide
 SSHD = Path("/usr/sbin/sshd")
 GITOLITE = shutil.which("gitolite")
 pytestmark = pytest.mark.skipif(
-    GIT is None or GITOLITE is None or not SSHD.exists() or shutil.which("ssh-keygen") is None,
-    reason="needs the git CLI, Debian's gitolite3 and OpenSSH's sshd and ssh-keygen")
+    GIT is None or GITOLITE is None or shutil.which("ssh-keygen") is None,
+    reason="needs the git CLI, Debian's gitolite3 and OpenSSH's ssh-keygen")
 REPO = "agents/agent7"
 PUSHERS = "alice human\nagent7 agent,runtime\n"
+FORCED = """#!/bin/sh
+# what sshd does for a key whose authorized_keys line has command="...": run that command,
+# in a clean environment, with SSH_ORIGINAL_COMMAND set to what the client asked for and
+# SSH_CONNECTION (client and server address and port) as sshd sets it
+key=$(cut -d' ' -f2 "$KEY_PUB")
+line=$(grep -F " $key" "$GL_HOME/.ssh/authorized_keys") || exit 255
+cmd=$(printf '%s\\n' "$line" | sed -n 's/^command="\\([^"]*\\)".*/\\1/p')
+for asked; do :; done
+exec env -i HOME="$GL_HOME" USER="$(id -un)" PATH=/usr/local/bin:/usr/bin:/bin \\
+    SSH_CONNECTION="127.0.0.1 0 127.0.0.1 22" SSH_ORIGINAL_COMMAND="$asked" sh -c "$cmd"
+"""
 
 
 @dataclass
 class Gitolite:
     home: Path
     port: int
-    keys: dict[str, Path]
+    ssh: dict[str, str]  # GIT_SSH_COMMAND for each user's key
 
     @property
     def bare(self) -> Path:
@@ -52,11 +68,10 @@ class Gitolite:
 
     def push(self, source: Path, user: str) -> subprocess.CompletedProcess[str]:
         """``git push`` of ``source``'s main over ssh with ``user``'s key."""
-        ssh = (f"ssh -i {self.keys[user]} -o IdentitiesOnly=yes -o BatchMode=yes "
-               "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR")
         return subprocess.run([GIT or "git", "-C", str(source), "push", self.url(), "main"],
                               capture_output=True, text=True, timeout=120, check=False,
-                              env={**os.environ, "GIT_SSH_COMMAND": ssh})
+                              env={**os.environ, "GIT_SSH_COMMAND": self.ssh[user],
+                                   "GIT_SSH_VARIANT": "ssh"})
 
     def main(self) -> str:
         return git(self.bare, "rev-parse", "main").stdout.strip()
@@ -68,8 +83,8 @@ def _gitolite(env: dict[str, str], *args: str) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-@pytest.fixture
-def gitolite(tmp_path: Path) -> Iterator[Gitolite]:
+@pytest.fixture(params=["sshd", "forced-command"])
+def gitolite(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Gitolite]:
     home = tmp_path / "gl"
     keydir = tmp_path / "gl-keys"
     home.mkdir()
@@ -104,6 +119,16 @@ def gitolite(tmp_path: Path) -> Iterator[Gitolite]:
         f"    config gitstate.pushers = {home / 'pushers'}\n", encoding="utf-8")
     _gitolite(env, "compile")
     _gitolite(env, "trigger", "POST_COMPILE")
+    users = ("admin", "agent7", "alice")
+    if request.param == "forced-command":
+        script = tmp_path / "forced-ssh"
+        script.write_text(FORCED, encoding="utf-8")
+        script.chmod(0o755)
+        yield Gitolite(home, 22, {u: f"env GL_HOME={home} KEY_PUB={keys[u]}.pub {script}"
+                                  for u in users})
+        return
+    if not SSHD.exists():
+        pytest.skip("openssh-server is not installed")
     # sshd on a free loopback port; HOME set so gitolite-shell finds this gitolite
     d = tmp_path / "sshd"
     d.mkdir()
@@ -122,7 +147,10 @@ def gitolite(tmp_path: Path) -> Iterator[Gitolite]:
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.skip("sshd could not start here")
             time.sleep(0.05)
-        yield Gitolite(home, port, keys)
+        yield Gitolite(home, port, {
+            u: f"ssh -i {keys[u]} -o IdentitiesOnly=yes -o BatchMode=yes "
+               "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+            for u in users})
     finally:
         proc.kill()
         proc.wait()
