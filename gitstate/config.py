@@ -191,20 +191,12 @@ def _remember(cache: str, key: str, raw: dict[str, Any]) -> None:
         text = json.dumps({"sha1": key, "raw": raw}, sort_keys=True)
     except (TypeError, ValueError, RecursionError):  # dates; tables nested too deep
         return
-    folder, name = os.path.split(cache)
-    tmp = os.path.join(folder, f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        try:
-            os.write(fd, text.encode())
-        finally:
-            os.close(fd)
-        os.replace(tmp, cache)
-    except OSError:
-        import contextlib  # only on this rare path: the wake-up path does not load it
+    from .safefile import write_atomic
 
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    try:
+        write_atomic(cache, text.encode())
+    except OSError:
+        return  # no cache: the next read parses config.toml
 
 
 def config_from_dict(raw: dict[str, Any], *, source: str = "config") -> Config:

@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo
 
 import click
 
+from . import safefile
 from .errors import CasMismatch, UsageError
 from .model import local_text
 from .repo import StateRepo
@@ -69,10 +70,10 @@ def run_demo(agent_dir: Path | None = None, keep: bool = True) -> Path:
                          "(a temporary one)", rule="usage.demo_dir")
     root = Path(tempfile.mkdtemp(prefix="gitstate-demo-")) if agent_dir is None else agent_dir
     root.mkdir(parents=True, exist_ok=True)
-    (root / "config.toml").write_text(
-        '[memory]\nworking_state_enabled = true\n\n[gitstate]\nlocale = "zh-TW"\n'
-        'timezone = "Asia/Taipei"\nidentity_name = "trader-agent"\n'
-        'identity_email = "trader-agent@example.invalid"\n', encoding="utf-8")
+    safefile.write_atomic(root / "config.toml", (
+        b'[memory]\nworking_state_enabled = true\n\n[gitstate]\nlocale = "zh-TW"\n'
+        b'timezone = "Asia/Taipei"\nidentity_name = "trader-agent"\n'
+        b'identity_email = "trader-agent@example.invalid"\n'))
     clock = _Clock()
     click.secho(f"gitstate demo: agent directory {root}", bold=True)
     with StateRepo.init(root, clock=clock, actor="agent") as repo:

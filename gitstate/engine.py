@@ -117,8 +117,9 @@ class WriteEngine:
             self._journal(exc, attempt or {})
             raise
         except OSError as exc:  # before the commit point: nothing was written
-            rule = {errno.ENOSPC: "store.disk_full", errno.EROFS: "store.read_only",
-                    errno.EACCES: "store.permission"}.get(exc.errno or 0, "store.io")
+            rule = getattr(exc, "rule", None) or {  # safefile.NotRegular: store.not_regular
+                errno.ENOSPC: "store.disk_full", errno.EROFS: "store.read_only",
+                errno.EACCES: "store.permission"}.get(exc.errno or 0, "store.io")
             raise StoreError(f"the write could not be made ({exc.strerror or exc}); nothing "
                              "was committed", rule=rule) from exc
         if not result.replayed:

@@ -8,8 +8,10 @@ rules, the trailers and the audit trail. (``git commit --no-verify`` still gets 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from . import safefile
+from .layout import PRE_COMMIT_HOOK
 
 PRE_COMMIT = """\
 #!/bin/sh
@@ -25,9 +27,9 @@ exit 1
 
 def install(git_dir: Path) -> Path:
     """Write the pre-commit hook (idempotent); returns its path."""
-    hooks = git_dir / "hooks"
-    hooks.mkdir(exist_ok=True)
-    path = hooks / "pre-commit"
-    path.write_text(PRE_COMMIT, encoding="utf-8")
-    os.chmod(path, 0o755)
+    path = git_dir / PRE_COMMIT_HOOK
+    path.parent.mkdir(exist_ok=True)
+    # a fresh file renamed over the name: a link planted there is replaced, never written
+    # through or chmod'ed
+    safefile.write_atomic(path, PRE_COMMIT.encode("utf-8"), 0o755)
     return path

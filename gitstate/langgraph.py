@@ -56,7 +56,7 @@ except ImportError as exc:  # the extra is not installed: say which one
     raise ImportError("gitstate.langgraph needs the langgraph extra: pip install "
                       f"'gitstate[langgraph]' ({exc})") from exc
 
-from . import locking
+from . import layout, locking
 from .errors import StoreError
 from .store.trees import BlobRef, Change
 from .trailers import encode_json
@@ -131,7 +131,8 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
 
     def _lock(self, thread_id: str) -> Any:
         digest = hashlib.sha256(thread_id.encode()).hexdigest()[:24]
-        return locking.exclusive(self.store.git_dir / f"gitstate-thread-{digest}.flock")
+        return locking.exclusive(self.store.git_dir /
+                                 layout.THREAD_LOCK_FILE.format(digest=digest))
 
     def _namespaces(self, thread_id: str) -> dict[str, str]:
         """ns -> checkpoints head of one thread."""

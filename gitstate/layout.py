@@ -93,6 +93,55 @@ GC_FAILED_FILE = "gitstate-gc.failed"  # why the last maintenance run failed (go
 SPARE_PREFIX = "gitstate-spare-"  # + a file's name: its spare for swap_write (store/fs.py)
 HAND_EDITS_DIR = "gitstate-hand-edits"  # hand edits moved aside, kept for the operator
 INCOMING_PREFIX = "gitstate-incoming-"  # quarantines of fetches in flight
+RECEIPTS_FILE = "gitstate-receipts.jsonl"  # the wake-up receipts (receipts.py)
+REDACT_KEY_FILE = "gitstate-redact.key"  # the key of `sensitive: redact` (redact.py)
+ORIGIN_FILE = "gitstate-origin"  # this clone's journal name on the remote (refusals.py)
+REFUSALS_LOCK_FILE = "gitstate-refusals.flock"  # the refusal journal's own lock
+REFUSALS_FAILED_FILE = "gitstate-refusals.failed"  # refusals that could not be journaled
+RUN_LOCK_FILE = "gitstate-run-{run}.flock"  # one run ledger's lock (ledger.py, runsync.py)
+RUN_CACHE_DIR = "gitstate-run-cache"  # + <run>.json: a run's parsed head (ledger.py)
+THREAD_LOCK_FILE = "gitstate-thread-{digest}.flock"  # one LangGraph thread's lock
+PRE_COMMIT_HOOK = "hooks/pre-commit"  # installed by init (githooks.py)
+EXCLUDE_FILE = "info/exclude"  # names the projection and temporary files (store/base.py)
+
+# Every file gitstate writes under an agent directory, relative to it, with how it is
+# written (safefile): "replace" (a fresh temporary file renamed over the name: whatever
+# stood there is replaced, never written through), "in_place" (a lock and its marker byte,
+# an appended log, a kept spare: refused, or removed and made afresh, unless a regular file
+# with one link) or "new" (O_EXCL). ``{run}`` and ``{digest}`` stand for a run id and a
+# thread's hash. Git's own files (objects, refs, packed-refs) are written by the store the
+# same way (a new file O_EXCL, then a rename). tests/test_hostile_local.py plants a
+# symlink, a FIFO and a hard link at each entry and runs the operation that writes it.
+_GIT = STATE_DIR + "/.git/"
+WRITTEN_FILES: dict[str, str] = {
+    CONFIG_FILE: "replace",  # demo's only: init never writes config.toml
+    STATE_DIR + "/" + STATE_FILE: "replace",
+    STATE_DIR + "/" + SCHEMA_FILE: "replace",
+    STATE_DIR + "/" + HISTORY_FILE: "in_place",
+    _GIT + "index": "replace",
+    _GIT + LOCK_FILE: "in_place",
+    _GIT + REPACK_LOCK_FILE: "in_place",
+    _GIT + STAMP_FILE: "replace",
+    _GIT + SCHEMA_CACHE_FILE: "replace",
+    _GIT + CONFIG_CACHE_FILE: "replace",
+    _GIT + PID_FILE: "new",
+    _GIT + GC_LOG_FILE: "new",
+    _GIT + GC_FAILED_FILE: "replace",
+    _GIT + SPARE_PREFIX + STATE_FILE: "in_place",
+    _GIT + SPARE_PREFIX + SCHEMA_FILE: "in_place",
+    _GIT + SPARE_PREFIX + "index": "in_place",
+    _GIT + SPARE_PREFIX + "stamp": "in_place",
+    _GIT + RECEIPTS_FILE: "in_place",
+    _GIT + REDACT_KEY_FILE: "new",
+    _GIT + ORIGIN_FILE: "replace",
+    _GIT + REFUSALS_LOCK_FILE: "in_place",
+    _GIT + REFUSALS_FAILED_FILE: "in_place",
+    _GIT + RUN_LOCK_FILE: "in_place",
+    _GIT + RUN_CACHE_DIR + "/{run}.json": "replace",
+    _GIT + THREAD_LOCK_FILE: "in_place",
+    _GIT + PRE_COMMIT_HOOK: "replace",
+    _GIT + EXCLUDE_FILE: "in_place",
+}
 
 
 def format_stamp(commit: str, state_blob: str, schema_blob: str | None) -> bytes:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import locking, runs
 from .errors import InvalidInput, StoreError
+from .layout import RUN_CACHE_DIR, RUN_LOCK_FILE
 from .model import format_time
 from .results import RunView
 from .runformat import (
@@ -65,7 +66,7 @@ class Ledger:
         return PREFIX + runs.check_run_id(run_id)
 
     def _lock(self, run_id: str) -> Any:
-        return locking.exclusive(self.store.git_dir / f"gitstate-run-{run_id}.flock")
+        return locking.exclusive(self.store.git_dir / RUN_LOCK_FILE.format(run=run_id))
 
     def _now(self) -> datetime:
         return self.clock().astimezone(UTC).replace(microsecond=0)
@@ -321,7 +322,7 @@ class Ledger:
         return out
 
 
-CACHE_DIR = "gitstate-run-cache"
+CACHE_DIR = RUN_CACHE_DIR
 
 
 def _cache(git_dir: Path, run_id: str, commit: str, data: bytes) -> None:
@@ -336,13 +337,9 @@ def _cache(git_dir: Path, run_id: str, commit: str, data: bytes) -> None:
         folder.mkdir(exist_ok=True)
         if not stat.S_ISDIR(os.lstat(folder).st_mode):
             return
-        tmp = folder / f".{run_id}.{os.getpid()}.{os.urandom(3).hex()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        try:
-            os.write(fd, commit.encode() + b"\n" + data)
-        finally:
-            os.close(fd)
-        os.replace(tmp, folder / f"{run_id}.json")  # replaces a planted link, never follows
+        from .safefile import write_atomic  # replaces a planted link, never follows it
+
+        write_atomic(folder / f"{run_id}.json", commit.encode() + b"\n" + data)
 
 
 def cached(git_dir: Path, run_id: str, head: str | None = None) -> dict[str, Any] | None:

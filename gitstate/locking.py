@@ -21,11 +21,13 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from . import safefile
 from .errors import LockTimeout
 
 
 def _open(path: Path) -> int:
-    return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    # never through a symlink, a FIFO or a hard link: the holder writes a marker byte in it
+    return safefile.open_lock(path)
 
 
 def _take_now(fd: int) -> bool:
@@ -117,7 +119,7 @@ def attempt(path: Path) -> Iterator[bool]:
 def directory(path: Path) -> Iterator[None]:
     """An exclusive flock on a directory itself (``init``: before the repository and its
     lock file exist, parallel inits of one directory take turns on the directory)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    fd = safefile.open_dir(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -130,7 +132,7 @@ def attempt_directory(path: Path) -> Iterator[bool]:
     """A directory's own flock if it is free right now (a fetch quarantine no live fetch
     holds); yields whether it was taken. A directory that cannot be opened: not taken."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        fd = safefile.open_dir(path)
     except OSError:
         yield False
         return

@@ -45,8 +45,8 @@ def maybe_start(store: GitStore, agent_dir: Path, config: Config, commit: str) -
         log_path = store.git_dir / GC_LOG_FILE
         with contextlib.suppress(FileNotFoundError):
             log_path.unlink()  # a fresh file: never write through a planted symlink or FIFO
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with open(fd, "wb") as log:
+        fd = safefile.create_new(log_path)
+        with os.fdopen(fd, "wb") as log:
             child = subprocess.Popen(  # detached: the write returns at once
                 [sys.executable, "-m", "gitstate", "--agent-dir", str(agent_dir), "gc",
                  "--auto"], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -106,7 +106,7 @@ def _stale(pid_path: Path) -> bool:
 def _claim(pid_path: Path, write_pid: bool = True) -> bool:
     for _ in range(2):
         try:
-            fd = os.open(pid_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = safefile.create_new(pid_path)
         except FileExistsError:
             if not _stale(pid_path):
                 return False
@@ -126,9 +126,7 @@ def _write_pid(pid_path: Path, pid: int) -> None:
 
 
 def _replace_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    safefile.write_atomic(path, text.encode("utf-8"))
 
 
 def last_failure(git_dir: Path) -> str | None:

@@ -15,9 +15,9 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import faults
+from . import faults, safefile
 from .errors import HistoryRewritten, InvalidInput, StoreError
-from .layout import HAND_EDITS_DIR, SCHEMA_CACHE_FILE, SCHEMA_FILE, STATE_FILE
+from .layout import HAND_EDITS_DIR, SCHEMA_CACHE_FILE, SCHEMA_FILE, STATE_FILE, TREE_FILES
 from .planners import Base, Plan
 from .projection import record
 from .reader import StateReader
@@ -118,10 +118,10 @@ class MainTree:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
         for name in names:
             with contextlib.suppress(OSError):
-                data = (self.state_dir / name).read_bytes()
+                data = safefile.read_regular(self.state_dir / name, TREE_FILES.get(name, 1 << 20))
                 if data.strip(b"\0 \t\r\n"):
                     keep.mkdir(exist_ok=True)
-                    (keep / f"{stamp}-damaged-{name}").write_bytes(data)
+                    safefile.write_atomic(keep / f"{stamp}-damaged-{name}", data)
 
     def after_commit(self, commit: str, plan: Plan, base: Base) -> None:
         """The post-commit step on main: files, schema cache, one projection line."""

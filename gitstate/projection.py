@@ -156,7 +156,7 @@ class Projection:
         or FIFO put in its place counts as no projection: it is rebuilt from git, and the
         thing it pointed at is never read or written)."""
         try:
-            return safefile.open_regular(self.path)
+            return safefile.open_regular(self.path, sole=True)  # a hard link: none either
         except OSError:
             return None
 
@@ -276,11 +276,11 @@ class Projection:
         data = b"".join(_line(r) for r in records)
         if not data:
             return
-        if safefile.kind(self.path) not in (None, "file"):
+        if safefile.kind(self.path) not in (None, "file") or safefile.shared(self.path):
             # readers took it for no projection, so ``records`` start from the first commit
-            self.path.unlink()
+            self.path.unlink()  # the link itself, never what it points at
         self._cut_torn_tail()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        fd = safefile.open_append(self.path)
         try:
             if faults.armed("projection"):  # die with half a line written
                 os.write(fd, data[: len(data) // 2])

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 
+from .layout import RECEIPTS_FILE
 from .timebase import UTC, datetime
 
 try:
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from typing import Any
 
-FILE = "gitstate-receipts.jsonl"
+FILE = RECEIPTS_FILE
 MAX_BYTES = 1 << 20
 FIELDS = ("id", "time", "head", "sha256", "bytes", "runtime", "event", "locale", "tz",
           "max_chars", "run_id", "run_head")
@@ -61,12 +62,10 @@ def record(git_dir: str, data: bytes, *, now: datetime, head: str | None, runtim
                 os.replace(path, path + ".1")
         except FileNotFoundError:
             pass
-        # O_NOFOLLOW: a planted symlink is refused, never followed out of .git
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        try:
-            os.write(fd, line.encode())
-        finally:
-            os.close(fd)
+        # a planted symlink, FIFO or hard link is refused, never written through
+        from .safefile import append
+
+        append(path, line.encode())
     except OSError:
         return None
     return rid

@@ -22,11 +22,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from . import safefile, secretscan
+from . import layout, safefile, secretscan
 from .model import Value, canonical_text
 
 PREFIX = "redacted:hmac-sha256:"
-KEY_FILE = "gitstate-redact.key"
+KEY_FILE = layout.REDACT_KEY_FILE
 _FORM = re.compile(r"redacted:hmac-sha256:[0-9a-f]{64}")
 
 
@@ -48,7 +48,7 @@ def repo_key(git_dir: Path) -> bytes:
                       "(without it, redacted values no longer compare)")
     fresh = os.urandom(32)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        fd = safefile.create_new(path, 0o600)
     except FileExistsError:  # made meanwhile by another writer: use that one
         return repo_key(git_dir)
     try:

@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import locking, secretscan, textsafe
+from . import layout, locking, safefile, secretscan, textsafe
 from .errors import InvalidInput, Refused
 from .rules import check_key
 from .trailers import encode_json
@@ -51,7 +51,8 @@ PREVIOUS = "refs/gitstate/refusals-previous"
 REMOTE_PREFIX = "refs/gitstate/refusals/"  # on the remote: one journal per clone
 PULLED_PREFIX = "refs/gitstate/pulled-refusals/"  # here: the other clones' journals
 TRACKING = "refs/remotes/origin/gitstate-refusals"
-ORIGIN_FILE = "gitstate-origin"
+ORIGIN_FILE = layout.ORIGIN_FILE
+FAILED_FILE = layout.REFUSALS_FAILED_FILE
 FILE = "refusal.json"
 RETAIN = 10_000
 FIELDS = ("time", "rule", "op", "key", "attempted", "expected", "head_value", "actor",
@@ -130,7 +131,7 @@ def record(store: GitStore, identity: bytes, **fields: Any) -> str | None:
         return None
     entry = keep(fields)
     try:
-        with locking.exclusive(store.git_dir / "gitstate-refusals.flock"):
+        with locking.exclusive(store.git_dir / layout.REFUSALS_LOCK_FILE):
             head = store.ref(REF)
             seq = _seq(store, head) + 1 if head else 1
             previous = None
@@ -144,9 +145,9 @@ def record(store: GitStore, identity: bytes, **fields: Any) -> str | None:
         store.consolidate()  # outside the journal's lock, as after any write
         return commit
     except Exception:  # the refusal itself must still reach the caller
-        with contextlib.suppress(OSError), open(store.git_dir / "gitstate-refusals.failed",
-                                                "a", encoding="utf-8") as f:
-            f.write(datetime.now(UTC).isoformat() + "\n")
+        with contextlib.suppress(OSError):  # never through a link (safefile)
+            safefile.append(store.git_dir / FAILED_FILE,
+                            (datetime.now(UTC).isoformat() + "\n").encode())
         return None
 
 
@@ -241,15 +242,13 @@ def origin_id(git_dir: Path) -> str:
     """This clone's journal name on the remote (random, made once)."""
     path = git_dir / ORIGIN_FILE
     try:
-        text = path.read_text(encoding="ascii").strip()
+        text = safefile.read_regular(path, 64).decode("ascii").strip()
         if len(text) == 16 and all(c in "0123456789abcdef" for c in text):
             return text
     except (OSError, UnicodeDecodeError):
         pass
     text = os.urandom(8).hex()
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text(text + "\n", encoding="ascii")
-    os.replace(tmp, path)
+    safefile.write_atomic(path, (text + "\n").encode("ascii"))
     return text
 
 
@@ -421,8 +420,9 @@ def problems(store: GitStore) -> list[str]:
     chains.update({PULLED_PREFIX + n: h for n, h in store.refs_under(PULLED_PREFIX).items()})
     for ref, head in chains.items():
         out += [f"{ref}: {p}" for p in (check_chain(store, head) if head else [])]
-    failed = store.git_dir / "gitstate-refusals.failed"
-    if failed.exists():
-        out.append(f"{len(failed.read_text().splitlines())} refusals could not be recorded "
+    failed = store.git_dir / FAILED_FILE
+    with contextlib.suppress(OSError):
+        count = len(safefile.read_regular(failed, 1 << 20).splitlines())
+        out.append(f"{count} refusals could not be recorded "
                    "(state/.git/gitstate-refusals.failed)")
     return out

@@ -133,7 +133,7 @@ class StateRepo(ApprovalMethods, RunMethods):
             raise StoreError(f"cannot create {state_dir} ({exc.strerror or exc}); nothing "
                              "usable was left behind: run `gitstate init` again once fixed",
                              rule="store.disk_full" if exc.errno == errno.ENOSPC
-                             else "store.io") from exc
+                             else getattr(exc, "rule", None) or "store.io") from exc
         return cls(agent_dir, actor=actor, writer=writer, clock=clock, config=config,
                    signing_key=signing_key)
 

@@ -2,10 +2,14 @@
 
 The report is a static site (gitstate/htmlreport.py; no script, no network, works from
 file://): ``index.html`` (the overview), ``keys/<key>.html`` (each key's timeline) and
-``commits/<id>.html`` for the newest commits (reportdata.COMMIT_PAGES). Each file is written
-whole before its name appears (write to a temporary name, then rename), so a browser never
-reads a half page. With a fleet root, ``index.html`` lists every agent under it and each
-agent's site goes to ``agents/<agent>/``.
+``commits/<id>.html`` for the newest commits (reportdata.COMMIT_PAGES). With a fleet root,
+``index.html`` lists every agent under it and each agent's site goes to ``agents/<agent>/``.
+
+The site is built whole in a fresh directory beside DIR and renamed into place
+(safefile.publish_tree): nothing is written inside a directory gitstate did not just make,
+so no link planted there is followed, and a browser never reads a half site. DIR must be
+absent, empty, or a site written before holding exactly what it listed; anything else is
+refused (``report.out_not_dir``, ``report.out_not_ours``).
 
 ``serve`` builds the same pages per request from the live repository, read-only (GET and
 HEAD only, no path outside the three kinds), on 127.0.0.1 unless told otherwise, behind the
@@ -14,12 +18,12 @@ checks of ``mcp --http`` (httpguard: Host, Origin, a bearer token, required off 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import htmlreport, reportdata
+from . import htmlreport, reportdata, safefile
+from .errors import UsageError
 
 if TYPE_CHECKING:
     from .repo import StateRepo
@@ -27,11 +31,18 @@ if TYPE_CHECKING:
 Progress = Callable[[str], None]
 
 
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+def _publish(out: Path, pages: dict[str, str], progress: Progress | None) -> int:
+    """Write the site (every page at once, see the module's docstring); the page count."""
+    def tick(i: int) -> None:
+        if progress and (i % 100 == 0 or i == len(pages)):
+            progress(f"{i}/{len(pages)} pages")
+
+    try:
+        safefile.publish_tree(out, {rel: text.encode("utf-8") for rel, text in pages.items()},
+                              tick)
+    except safefile.OutputRefused as exc:
+        raise UsageError(str(exc), rule=exc.rule) from exc
+    return len(pages)
 
 
 def build(repo: StateRepo, name: str) -> dict[str, str]:
@@ -49,13 +60,8 @@ def build(repo: StateRepo, name: str) -> dict[str, str]:
 
 def write_report(repo: StateRepo, out: Path, name: str,
                  progress: Progress | None = None) -> int:
-    """Write one agent's site under ``out``; returns the number of pages."""
-    pages = build(repo, name)
-    for i, (rel, text) in enumerate(sorted(pages.items()), 1):
-        _write(out / rel, text)
-        if progress and (i % 100 == 0 or i == len(pages)):
-            progress(f"{i}/{len(pages)} pages")
-    return len(pages)
+    """Write one agent's site as ``out``; returns the number of pages."""
+    return _publish(out, build(repo, name), progress)
 
 
 def write_fleet(root: Path, out: Path, progress: Progress | None = None) -> int:
@@ -64,17 +70,18 @@ def write_fleet(root: Path, out: Path, progress: Progress | None = None) -> int:
     from .repo import StateRepo
 
     rows = fleet(root)
-    total = 0
+    pages: dict[str, str] = {}
     for n, row in enumerate(rows, 1):
         if "error" in row:
             continue
         with StateRepo(root / row["agent"]) as repo:
-            total += write_report(repo, out / "agents" / htmlreport.slug(row["agent"]),
-                                  row["agent"])
+            prefix = f"agents/{htmlreport.slug(row['agent'])}/"
+            pages.update({prefix + rel: text
+                          for rel, text in build(repo, row["agent"]).items()})
         if progress:
             progress(f"{n}/{len(rows)} agents")
-    _write(out / "index.html", htmlreport.fleet_page(rows))
-    return total + 1
+    pages["index.html"] = htmlreport.fleet_page(rows)
+    return _publish(out, pages, progress)
 
 
 def page_for(repo: StateRepo, name: str, path: str) -> str | None:

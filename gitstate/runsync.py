@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import locking
 from .errors import Refused
-from .layout import BRANCH
+from .layout import BRANCH, RUN_LOCK_FILE
 from .runcheck import replay_problems
 from .runformat import PREFIX
 from .runs import RunRefused, check_run_id
@@ -112,7 +112,7 @@ def pull(store: GitStore, url: str,
             if accepted:
                 got.take()
             for name, head in sorted(accepted.items()):
-                with locking.exclusive(store.git_dir / f"gitstate-run-{name}.flock"):
+                with locking.exclusive(store.git_dir / RUN_LOCK_FILE.format(run=name)):
                     mine = store.ref(PREFIX + name)
                     if mine is not None and not store.is_ancestor(mine, head):
                         out["diverged"].append(name)  # an event was recorded here meanwhile

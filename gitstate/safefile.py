@@ -1,11 +1,28 @@
-"""Reading files gitstate did not necessarily write: never through a symlink, only regular
-files, never more than a bound.
+"""Every file gitstate opens in an agent directory, a report's output directory or a receipt or
+log path: never through a symlink, only regular files, never more than a bound.
 
 Every file in an agent directory can be replaced by hand, by another program or by whatever
 a bug let in: a symlink to a file elsewhere, a FIFO (an ``open`` that blocks until someone
-writes), a device such as /dev/zero (a read that never ends). Each read here opens with
+writes), a device such as /dev/zero (a read that never ends), a hard link to a file
+elsewhere (written in place, it would change that file). Each read here opens with
 ``O_NOFOLLOW | O_NONBLOCK`` (a FIFO opens at once instead of waiting for a writer), checks
-with ``fstat`` that it got a regular file, and reads at most ``limit`` bytes. Standard
+with ``fstat`` that it got a regular file, and reads at most ``limit`` bytes.
+
+Writes go through the same door, in three shapes, each relative to a descriptor of the
+file's directory (opened ``O_DIRECTORY | O_NOFOLLOW``, so a directory swapped for a link is
+refused too):
+
+- whole files (:func:`write_atomic`): written to a temporary name created ``O_EXCL`` with 64
+  random bits in it (:func:`temp_name`), its mode set on the descriptor, then renamed over
+  the name. The rename replaces whatever stood there (a symlink, a FIFO, a hard link) and
+  never writes through it: the file is repaired, what it pointed to is untouched;
+- files written in place (:func:`open_lock`, :func:`append`, :func:`open_regular` with
+  ``write``): a lock file and its marker byte, an appended log. Refused (:class:`NotRegular`,
+  the rule ``store.not_regular``) unless the name is a regular file with one link;
+- new files (:func:`create_new`): ``O_CREAT | O_EXCL``, which never follows a link.
+
+Nothing is ever chmod'ed by name: a mode is set on the descriptor gitstate created.
+``tests/test_architecture.py`` forbids every other write-open in the package. Standard
 library only: the wake-up path imports this module.
 """
 
@@ -16,14 +33,21 @@ import stat
 
 TYPE_CHECKING = False  # not `from typing import`: the wake-up path imports this module
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import BinaryIO
 
-_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | \
-    getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_FLAGS = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | _CLOEXEC
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
+RULE = "store.not_regular"  # the rule a caller names when NotRegular reaches the user
 
 
 class NotRegular(OSError):
-    """The path exists but is not a regular file (a symlink, FIFO, device or directory)."""
+    """The path exists but is not a regular file (a symlink, FIFO, device or directory), or
+    is one with more than one link (written in place, it would change another name's file)."""
+
+    rule = RULE
 
 
 class TooLarge(OSError):
@@ -80,9 +104,10 @@ def kind(path: str | os.PathLike[str]) -> str | None:
 
 
 def open_regular(path: str | os.PathLike[str], *, write: bool = False,
-                 create: bool = False) -> BinaryIO:
+                 create: bool = False, sole: bool = False) -> BinaryIO:
     """A binary file object on the regular file at ``path`` (read, or read-write with
-    ``write``; ``create`` makes it if absent), never through a symlink, never a FIFO.
+    ``write``; ``create`` makes it if absent), never through a symlink, never a FIFO; with
+    ``write`` (or ``sole``) never one with another name (a hard link).
 
     Raises FileNotFoundError when it is absent (and not ``create``), :class:`NotRegular`
     for anything else than a regular file.
@@ -96,11 +121,258 @@ def open_regular(path: str | os.PathLike[str], *, write: bool = False,
     except OSError as exc:
         raise NotRegular(f"{os.fspath(path)} is not a regular file ({exc.strerror})") from exc
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise NotRegular(f"{os.fspath(path)} is not a regular file")
+        if write or sole:
+            _check_writable(fd, path)
+        else:
+            _check_regular(fd, path)
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         return open(fd, "r+b" if write else "rb", closefd=True)
     except BaseException:
         os.close(fd)
         raise
+
+
+def _check_regular(fd: int, path: str | os.PathLike[str]) -> os.stat_result:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise NotRegular(f"{os.fspath(path)} is not a regular file")
+    return info
+
+
+def _check_writable(fd: int, path: str | os.PathLike[str]) -> None:
+    """A file written in place: regular, and its only name (a hard link to a file elsewhere
+    would carry the write there)."""
+    if _check_regular(fd, path).st_nlink != 1:
+        raise NotRegular(f"{os.fspath(path)} has another name (a hard link): not written "
+                         "in place; remove it")
+
+
+def open_dir(path: str | os.PathLike[str]) -> int:
+    """A descriptor on the directory at ``path`` (never through a symlink in its last
+    component): for a directory's own flock, an fsync, or ``dir_fd`` of the calls below."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC)
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise NotRegular(f"{os.fspath(path)} is not a directory ({exc.strerror})") from exc
+
+
+def _in_dir(path: str | os.PathLike[str]) -> tuple[int, str]:
+    """(a descriptor of ``path``'s directory, its last component)."""
+    head, name = os.path.split(os.fspath(path))
+    return open_dir(head or "."), name
+
+
+def temp_name(name: str) -> str:
+    """``.<name>.<16 random hex digits>.tmp``: a temporary name nobody can plant in advance
+    (``layout.stray_files`` and the stale-file sweep know the ``.*.tmp`` shape)."""
+    return f".{name}.{os.urandom(8).hex()}.tmp"
+
+
+def create_new(path: str | os.PathLike[str], mode: int = 0o644) -> int:
+    """A write descriptor on a file created at ``path`` now (``O_EXCL``: FileExistsError when
+    any name, a link included, is there). The mode is set on the descriptor, umask aside."""
+    dir_fd, name = _in_dir(path)
+    try:
+        fd = os.open(name, _NEW, mode, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    os.fchmod(fd, mode)
+    return fd
+
+
+def write_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o644, *,
+                 durable: bool = False) -> None:
+    """Make ``path`` a regular file holding ``data``: a fresh temporary file beside it, then
+    a rename over the name, which replaces a symlink, FIFO or hard link standing there
+    without writing through it. ``durable``: fsync the file before the rename."""
+    dir_fd, name = _in_dir(path)
+    try:
+        tmp = temp_name(name)
+        fd = os.open(tmp, _NEW, mode, dir_fd=dir_fd)
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if durable:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        os.close(fd)
+        try:
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            os.unlink(tmp, dir_fd=dir_fd)
+            raise
+    finally:
+        os.close(dir_fd)
+
+
+def append(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
+    """Append ``data`` to the regular file at ``path`` (created if absent), in one write;
+    :class:`NotRegular` for a symlink, FIFO, device or a file with another name."""
+    fd = open_append(path, mode)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def open_append(path: str | os.PathLike[str], mode: int = 0o644) -> int:
+    """A descriptor appending to the regular file at ``path`` (see :func:`append`)."""
+    return _open_in_place(path, os.O_WRONLY | os.O_APPEND, mode)
+
+
+def open_lock(path: str | os.PathLike[str]) -> int:
+    """A read-write descriptor on the lock file at ``path``, created if absent: for a flock
+    and the marker byte written in it. :class:`NotRegular` unless a regular file with one
+    link (a lock that is a link to a file elsewhere would have that file's first byte
+    overwritten)."""
+    return _open_in_place(path, os.O_RDWR, 0o644)
+
+
+def open_in_place(path: str | os.PathLike[str]) -> int:
+    """A write descriptor on the existing regular file at ``path``, its only name (a kept
+    spare rewritten in place): FileNotFoundError when absent, else as :func:`open_lock`."""
+    return _open_in_place(path, os.O_WRONLY, 0o644, create=False)
+
+
+def shared(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a regular file with another name too (a hard link): never
+    written in place, it is replaced or removed (``lstat``: never followed)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_nlink != 1
+
+
+def _open_in_place(path: str | os.PathLike[str], flags: int, mode: int, *,
+                   create: bool = True) -> int:
+    dir_fd, name = _in_dir(path)
+    flags |= (os.O_CREAT if create else 0) | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(name, flags, mode, dir_fd=dir_fd)
+    except OSError as exc:
+        if isinstance(exc, (FileNotFoundError, PermissionError)):
+            raise
+        raise NotRegular(f"{os.fspath(path)} is not a regular file ({exc.strerror})") from exc
+    finally:
+        os.close(dir_fd)
+    try:
+        _check_writable(fd, path)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class OutputRefused(OSError):
+    """An output directory that is not gitstate's to replace (its ``rule`` says why)."""
+
+    def __init__(self, message: str, rule: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+
+
+MANIFEST = ".gitstate-report"  # in a published tree: every path it holds, one a line
+
+
+def publish_tree(out: str | os.PathLike[str], files: dict[str, bytes],
+                 progress: Callable[[int], None] | None = None) -> None:
+    """Make the directory ``out`` hold exactly ``files`` (relative path -> bytes).
+
+    Nothing is ever written inside an existing ``out``: the tree is built in a fresh
+    directory beside it (``mkdtemp``: created ``O_EXCL``-style under a random name, 0700
+    while it fills), then renamed into place. ``out`` may be absent, an empty directory, or
+    a tree this function published before holding exactly what its manifest lists (then it
+    is renamed aside and removed, links and all, never followed: ``shutil.rmtree``'s
+    descriptor-based walk). Anything else is refused with :class:`OutputRefused`: ``out`` a
+    symlink or not a directory (``report.out_not_dir``), or holding any file, link or FIFO
+    this function did not write (``report.out_not_ours``)."""
+    import shutil
+    import tempfile
+
+    out = os.fspath(out).rstrip("/") or "/"
+    previous = _published(out)
+    parent, name = os.path.split(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    fresh = tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=parent)
+    try:
+        manifest = sorted(files)
+        for i, rel in enumerate(manifest, 1):
+            parts = rel.split("/")
+            if any(p in ("", ".", "..") for p in parts) or rel == MANIFEST:
+                raise ValueError(f"not a relative path of a published tree: {rel!r}")
+            if len(parts) > 1:
+                os.makedirs(os.path.join(fresh, *parts[:-1]), exist_ok=True)
+            write_atomic(os.path.join(fresh, *parts), files[rel])
+            if progress is not None:
+                progress(i)
+        write_atomic(os.path.join(fresh, MANIFEST), "".join(f"{p}\n" for p in manifest)
+                     .encode("utf-8"))
+        fd = open_dir(fresh)
+        try:
+            os.fchmod(fd, 0o755)  # on the descriptor of the directory made here
+        finally:
+            os.close(fd)
+        aside = None
+        if previous:
+            aside = os.path.join(parent, temp_name(name))
+            os.rename(out, aside)
+        try:
+            os.rename(fresh, out)  # over an empty directory, or where nothing is
+        except OSError as exc:
+            if aside is not None:
+                os.rename(aside, out)
+            raise OutputRefused(f"{out} changed while the site was written ({exc.strerror});"
+                                " nothing was replaced", "report.out_not_ours") from exc
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(fresh, ignore_errors=True)
+        raise
+
+
+def _published(out: str) -> bool:
+    """Whether ``out`` holds a tree :func:`publish_tree` wrote (False: absent or empty);
+    :class:`OutputRefused` for anything else."""
+    try:
+        info = os.lstat(out)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISDIR(info.st_mode):
+        what = "a symlink" if stat.S_ISLNK(info.st_mode) else "not a directory"
+        raise OutputRefused(f"{out} is {what}: give a new directory (or a site written "
+                            "before), by its own path", "report.out_not_dir")
+    names = os.listdir(out)
+    if not names:
+        return False
+    try:
+        listed = read_regular(os.path.join(out, MANIFEST), 64 << 20).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        listed = None
+    expected = {MANIFEST, *(listed.splitlines() if listed is not None else ())}
+    found: set[str] = set()
+    stray = None
+    for root, dirs, filenames in os.walk(out):  # never descends into a symlink
+        rel = os.path.relpath(root, out)
+        for entry in [*dirs, *filenames]:
+            path = entry if rel == "." else f"{rel}/{entry}"
+            mode = os.lstat(os.path.join(root, entry)).st_mode
+            if stat.S_ISDIR(mode):
+                continue
+            if not stat.S_ISREG(mode) or path not in expected:
+                stray = stray or path
+            found.add(path)
+    if listed is None or stray is not None or found != expected:
+        what = f"{stray!r}, which" if stray else "files that"
+        raise OutputRefused(f"{out} holds {what} gitstate did not write there: give a new "
+                            "or empty directory", "report.out_not_ours")
+    return True

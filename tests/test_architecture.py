@@ -213,3 +213,123 @@ def test_the_checker_sees_what_it_forbids() -> None:
     assert cycles(graph) == [["gitstate.a", "gitstate.b"]]
     assert private == ["gitstate.b takes gitstate.a._hidden"]
     assert private_reaches(mods) == ["gitstate.a:3 reaches ._inner of x"]
+
+
+# -- file writes: one module (gitstate/safefile.py) owns every write-open ------------------
+WRITE_CALLS = {"write_text", "write_bytes", "open", "chmod", "lchmod", "chown", "touch"}
+OS_CALLS = {"open", "chmod", "lchmod", "chown", "mkfifo", "truncate"}
+SHUTIL_WRITES = {"copy", "copy2", "copyfile", "copytree", "move", "copyfileobj"}
+TEMPFILE_OPENS = {"NamedTemporaryFile", "mkstemp", "TemporaryFile", "SpooledTemporaryFile"}
+WRITE_FLAGS = ("O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC")
+# Opens left outside safefile: reads only (each checked below to carry no write flag or
+# mode), by (module, function), with why.
+READ_OPENS = {
+    ("gitstate.maintenance", "_stale"): "/proc/<pid>/stat, the kernel's: is the pid a zombie",
+    ("gitstate.store.durability", "_device_name"): "/proc/self/mountinfo, the kernel's",
+    ("gitstate.store.durability", "fsync_dir"): "a read-only descriptor, only to fsync it",
+    ("gitstate.store.fs", "fsync_file"): "a read-only descriptor, only to fsync it",
+    ("gitstate.store.base", "_fsync_dirs"): "a read-only descriptor, only to fsync it",
+    ("gitstate.store.base", "ref"): "a loose ref, O_NOFOLLOW | O_NONBLOCK, fstat-checked",
+    ("gitstate.store.objheader", "*"): "git objects and packs read by descriptor, O_NOFOLLOW",
+    ("gitstate.store.packindex", "*"): "a pack read back to index it",
+}
+# The one write outside: not under an agent directory, a report or a log path.
+OUTSIDE_WRITES = {
+    ("gitstate.sshsig", "signer_of"): "the signature, into a TemporaryDirectory of its own "
+                                      "that ssh-keygen reads",
+}
+
+
+def file_opens(mods: dict[str, ast.Module]) -> list[tuple[str, str, str, ast.Call]]:
+    """(module, enclosing function, call, node) for every call that can open, create or
+    chmod a file: builtin ``open``, ``os.open``/``chmod``..., ``X.write_text``/
+    ``write_bytes``/``open``/``chmod``, ``shutil`` copies and moves, ``tempfile`` files."""
+    found: list[tuple[str, str, str, ast.Call]] = []
+
+    def visit(name: str, node: ast.AST, func: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            func = node.name
+        if isinstance(node, ast.Call):
+            f, call = node.func, None
+            if isinstance(f, ast.Name) and f.id == "open":
+                call = "open"
+            elif isinstance(f, ast.Attribute):
+                owner = ast.unparse(f.value)
+                if owner == "os" and f.attr in OS_CALLS:
+                    call = f"os.{f.attr}"
+                elif owner == "shutil" and f.attr in SHUTIL_WRITES:
+                    call = f"shutil.{f.attr}"
+                elif owner == "tempfile" and f.attr in TEMPFILE_OPENS:
+                    call = f"tempfile.{f.attr}"
+                elif owner not in ("os", "shutil", "tempfile") and f.attr in WRITE_CALLS:
+                    call = f".{f.attr}"
+            if call is not None:
+                found.append((name, func, call, node))
+        for child in ast.iter_child_nodes(node):
+            visit(name, child, func)
+
+    for name, tree in mods.items():
+        visit(name, tree, "<module>")
+    return found
+
+
+def _writes(tree: ast.Module, call: str, node: ast.Call) -> bool:
+    """Whether an allowed open may write: a write flag in os.open's flags (a module-level
+    name followed to its value), a mode other than read in open's."""
+    if call == "os.open":
+        flags = node.args[1] if len(node.args) > 1 else None
+        text = ast.unparse(flags) if flags is not None else ""
+        for stmt in tree.body:
+            if isinstance(stmt, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == text for t in stmt.targets):
+                text = ast.unparse(stmt.value)
+        return any(flag in text for flag in WRITE_FLAGS)
+    if call == "open":
+        mode = node.args[1] if len(node.args) > 1 else next(
+            (k.value for k in node.keywords if k.arg == "mode"), None)
+        if mode is None:
+            return False
+        return not (isinstance(mode, ast.Constant) and isinstance(mode.value, str)
+                    and mode.value.startswith("r") and "+" not in mode.value)
+    return True  # write_text, chmod, shutil.copy...: writes by name
+
+
+def write_open_problems(mods: dict[str, ast.Module]) -> list[str]:
+    problems = []
+    for module, func, call, node in file_opens(mods):
+        if module == "gitstate.safefile":
+            continue
+        where = f"{module}:{node.lineno} ({func}) calls {call}"
+        if (module, func) in OUTSIDE_WRITES:
+            continue
+        allowed = (module, func) in READ_OPENS or (module, "*") in READ_OPENS
+        if not allowed:
+            problems.append(f"{where}: open files through gitstate/safefile.py")
+        elif _writes(mods[module], call, node):
+            problems.append(f"{where}: allowed for reads only, and this one writes")
+    return problems
+
+
+def test_every_write_open_goes_through_safefile(source: dict[str, ast.Module]) -> None:
+    assert write_open_problems(source) == []
+
+
+def test_the_write_open_checker_sees_what_it_forbids() -> None:
+    mods = {
+        "gitstate.x": ast.parse(
+            "import os, shutil\nfrom pathlib import Path\n"
+            "def a(p):\n    Path(p).write_text('x')\n"
+            "def b(p):\n    open(p, 'a').write('x')\n"
+            "def c(p):\n    os.chmod(p, 0o755)\n"
+            "def d(p):\n    shutil.copy(p, p + '.bak')\n"
+            "def e(p):\n    return os.open(p, os.O_RDWR | os.O_CREAT)\n"
+            "def f(p):\n    return p.open('w')\n"),
+        "gitstate.maintenance": ast.parse(
+            "def _stale(p):\n    open(p, 'rb')\n    open(p, 'wb')\n"),
+        "gitstate.safefile": ast.parse("import os\ndef w(p):\n    os.open(p, os.O_WRONLY)\n"),
+    }
+    problems = write_open_problems(mods)
+    assert [p.split(" calls ")[0] for p in problems] == [
+        "gitstate.x:4 (a)", "gitstate.x:6 (b)", "gitstate.x:8 (c)", "gitstate.x:10 (d)",
+        "gitstate.x:12 (e)", "gitstate.x:14 (f)", "gitstate.maintenance:3 (_stale)"]
+    assert problems[-1].endswith("allowed for reads only, and this one writes")

@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except OSError as exc:  # the last net: a file-system failure no rule anticipated
         full = exc.errno == errno.ENOSPC
-        click.echo(f"gitstate: error [{'store.disk_full' if full else 'store.io'}]: "
+        rule = "store.disk_full" if full else getattr(exc, "rule", None) or "store.io"
+        click.echo(f"gitstate: error [{rule}]: "
                    f"{textsafe.visible(str(exc))}"
                    + ("; free some disk space and try again" if full else ""), err=True)
         return EXIT_STORE

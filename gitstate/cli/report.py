@@ -16,7 +16,9 @@ from .context import Ctx, examples
 )
 @click.command()
 @click.option("--html", "out", required=True, type=click.Path(file_okay=False,
-              path_type=Path), help="The directory to write the site to (made if absent).")
+              path_type=Path), help="The directory to write the site to: absent, empty, or "
+              "a site written before (replaced whole); anything else is refused "
+              "(report.out_not_ours).")
 @click.option("--fleet", "fleet_root", type=click.Path(file_okay=False, exists=True,
               path_type=Path), help="Every agent directory under this root, with an index.")
 @click.pass_obj

@@ -488,7 +488,7 @@ class RepoBase:
 
 
 def _exclude_projection(git_dir: Path) -> None:
-    exclude = git_dir / "info" / "exclude"
+    exclude = git_dir / layout.EXCLUDE_FILE
     exclude.parent.mkdir(exist_ok=True)
     lines = "/working_state_history.jsonl\n/.*.tmp\n"
     try:
@@ -496,5 +496,4 @@ def _exclude_projection(git_dir: Path) -> None:
             return
     except FileNotFoundError:
         pass
-    with exclude.open("a", encoding="utf-8") as f:
-        f.write("# gitstate: projections and temporary files, never committed\n" + lines)
+    safefile.append(exclude, f"# gitstate: projections and temporary files\n{lines}".encode())

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from dulwich.objects import ObjectID
 from dulwich.refs import Ref
 
-from .. import faults, layout, sshsig
+from .. import faults, layout, safefile, sshsig
 from ..errors import StoreError
 from ..layout import FILE_MODE
 from . import packfmt, packwrite
@@ -184,8 +184,7 @@ class CommitOps(RepoBase):
         lock = path + ".lock"
         for _ in range(8):
             try:
-                fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-                             0o644)
+                fd = safefile.create_new(lock)
                 return _RefLock(fd, path, lock, created)
             except FileExistsError:  # we hold the kernel lock: it is a killed writer's
                 with contextlib.suppress(FileNotFoundError):

@@ -5,7 +5,6 @@ No dulwich here: git's blob id is a sha1 over a header and the bytes.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -91,27 +90,10 @@ def created_dirs(dirs: set[str]) -> set[str]:
 def atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
     """Replace ``path`` with ``data`` via a uniquely named temporary file and rename, so a
     reader sees the old bytes or the new ones, never a mix, and two writers never share a
-    temporary file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    temporary file (safefile.write_atomic: a link in its place is replaced, never followed)."""
     try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        if fsync:
-            os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    os.close(fd)
-    try:
-        os.replace(tmp, path)
+        safefile.write_atomic(path, data, durable=fsync)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
         if exc.errno == errno.ENOSPC:
             raise StoreError(f"disk full while writing {path}", rule="store.disk_full") from exc
         raise
@@ -186,22 +168,21 @@ def swap_write(path: Path | str, data: bytes, spare: Path | str) -> None:
 def _open_spare(spare: Path | str) -> tuple[int, int] | None:
     """The spare file, opened for writing, and its size: remade when it is not a plain
     file of ours; None when it cannot be (a directory in its place)."""
-    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        fd = os.open(spare, flags)
+        fd = safefile.open_in_place(spare)
     except FileNotFoundError:
         fd = -1
-    except OSError:  # a symlink (ELOOP), a FIFO without a reader (ENXIO), a directory ...
+    except OSError:  # a symlink, a FIFO, a hard link, a directory ...
         fd = -2
     if fd >= 0:
         info = os.fstat(fd)
-        if stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and info.st_uid == os.geteuid():
+        if info.st_uid == os.geteuid():
             return fd, info.st_size
         os.close(fd)
     try:
         if fd != -1:
             os.unlink(spare)  # the link itself, never what it points at
-        return os.open(spare, flags | os.O_CREAT | os.O_EXCL, 0o644), 0
+        return safefile.create_new(spare), 0
     except OSError:
         return None
 

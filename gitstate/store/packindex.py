@@ -38,6 +38,7 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .. import safefile
 from ..errors import StoreError
 from . import packfmt
 from .objheader import (
@@ -84,7 +85,7 @@ class PackSink:
         self.tick = tick
         self.size = 0
         self._head = b""
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+        self._fd = safefile.create_new(path, 0o444)
 
     def __call__(self, data: bytes) -> int:
         if self.tick is not None:
@@ -178,11 +179,15 @@ def index_pack(path: str, bounds: PackBounds, oid_length: int = 20,
         [(entries.ids[i] or b"", entries.offset[i], entries.crc[i])
          for i in range(len(entries.ids))], checksum, digest)
     base = os.path.join(os.path.dirname(path), f"pack-{checksum.hex()}")
-    idx_tmp = base + f".idx.tmp-{os.getpid()}"
-    with open(idx_tmp, "xb") as f:
-        f.write(index)
-        f.flush()
-        os.fsync(f.fileno())
+    idx_tmp = base + f".idx.tmp-{os.urandom(8).hex()}"
+    fd = safefile.create_new(idx_tmp, 0o444)
+    try:
+        view = memoryview(index)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     os.replace(path, base + ".pack")
     os.replace(idx_tmp, base + ".idx")
     return base + ".pack", base + ".idx"

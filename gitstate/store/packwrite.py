@@ -29,7 +29,7 @@ from pathlib import Path
 from dulwich.object_format import ObjectFormat
 from dulwich.objects import ShaFile
 
-from .. import faults, locking
+from .. import faults, locking, safefile
 from ..layout import REPACK_LOCK_FILE
 from . import packfmt
 from .durability import Flush, fsync_dir
@@ -135,7 +135,7 @@ def write(pack_dir: Path | str, name: str, pack: bytes, index: bytes, flush: Flu
 def _tmp_file(folder: str, prefix: str, data: bytes) -> tuple[str, int]:
     """A new temporary file holding ``data`` (not flushed yet); (path, open fd)."""
     path = f"{folder}/{prefix}{os.getpid()}_{os.urandom(6).hex()}"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+    fd = safefile.create_new(path, 0o444)
     try:
         view = memoryview(data)
         while view:

@@ -34,7 +34,7 @@ from dulwich.objects import ObjectID
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
-from .. import layout, locking
+from .. import layout, locking, safefile
 from ..config import Config
 from ..errors import GitStateError, StoreError
 from ..layout import INCOMING_PREFIX
@@ -287,8 +287,8 @@ class TransportOps(RepoBase):
                 path = final
                 Repo.init_bare(str(path), mkdir=False, default_branch=b"main").close()
                 (path / "objects" / "info").mkdir(parents=True, exist_ok=True)
-                (path / "objects" / "info" / "alternates").write_text(
-                    str((self.git_dir / "objects").resolve()) + "\n", encoding="utf-8")
+                safefile.write_atomic(path / "objects" / "info" / "alternates", (
+                    str((self.git_dir / "objects").resolve()) + "\n").encode("utf-8"))
                 incoming = type(self)(path)
                 try:
                     incoming.strict = True
