@@ -113,3 +113,9 @@ def test_signing_bench_quick() -> None:
     """signing.py --quick prints a decision unsigned, signed, and the receiver's check."""
     text = _run("signing.py")
     assert "approve, signed (ssh-keygen)" in text and "check one signed claim" in text
+
+
+def test_mcp_rss_bench_quick() -> None:
+    """mcp_rss.py --quick drives the stdio server through 200 sets and prints its RSS."""
+    text = _run("mcp_rss.py")
+    assert "RSS MiB" in text and "\n     200" in text
