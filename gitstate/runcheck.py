@@ -29,7 +29,9 @@ class Links:
     main's commit that holds the decision (``main_commit``); that commit must be on main's
     history (``main`` or an ancestor of it) and dated no later than the event, and the
     decision it records must be the one the key table held there, judged at the event's
-    time (an approval that had expired by then is ``expired``)."""
+    time (an approval that had expired by then is ``expired``, one spent by then is
+    ``consumed``: it released the run it was recorded in before it was spent, and releases
+    no other)."""
 
     def __init__(self, store: GitStore, main: str | None) -> None:
         self.store, self.main = store, main
@@ -61,7 +63,14 @@ class Links:
                                   "after the event", rule="run.approval_unlinked",
                                   main_commit=commit)
         data = self.store.read_file(commit, STATE_FILE)
-        return approvals.decisions(State.from_bytes(data) if data else EMPTY, when)
+        state = State.from_bytes(data) if data else EMPTY
+        out = approvals.decisions(state, when)
+        for approval_id, decision in out.items():  # spent already: it released its run
+            entry = state.keys.get(approvals.PREFIX + approval_id)
+            if decision == "approved" and entry is not None and isinstance(
+                    entry.value, dict) and entry.value.get("status") == "consumed":
+                out[approval_id] = "consumed"
+        return out
 
 
 def replay_problems(store: GitStore, run_id: str, head: str,

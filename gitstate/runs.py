@@ -244,7 +244,8 @@ def apply_event(run: dict[str, Any], event: dict[str, Any], writer: str, now: da
 
     ``writers``: schema.yaml's per-event writers. ``approvals``: the decision each
     frozen-argument approval of the key table stands at (approved, denied, expired,
-    pending); given, an ``approval_recorded`` must name one and agree with it."""
+    pending; consumed: spent, which releases no further run); given, an
+    ``approval_recorded`` must name one and agree with it."""
     event = validate_event(event)
     kind = event["type"]
     if not may_write(kind, writer, writers):
@@ -277,6 +278,10 @@ def apply_event(run: dict[str, Any], event: dict[str, Any], writer: str, now: da
 def _check_link(event: dict[str, Any], approvals: Mapping[str, str]) -> None:
     """An approval recorded in a run is a decision of the key table, never a claim."""
     known = approvals.get(event["approval_id"])
+    if known == "consumed" and event["decision"] == "approved":
+        raise _refuse("approval_spent", f"approval {event['approval_id']} was spent already: "
+                      "an approval releases the run that records it before it is spent, and "
+                      "no other; request a new one for this run")
     if known is None:
         raise _refuse("approval_unknown", f"no approval {event['approval_id']!r} in the key "
                       "table: request it (`gitstate approvals`) and record its decision")

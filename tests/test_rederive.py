@@ -375,6 +375,35 @@ def w_now() -> int:
     return int(time.time())
 
 
+def test_a_spent_approval_releases_no_run_here_or_from_elsewhere(world: World) -> None:
+    """The human approves and the runtime spends the approval without recording it in the
+    run: it releases the waiting run neither here nor from elsewhere (run.approval_spent),
+    judged at the main commit the event cites."""
+    server = world.guarded()
+    world.clock.advance(hours=1)
+    with world.human() as human:
+        human.approve(world.approval, "the order checks out")
+    world.clock.advance(minutes=1)
+    world.a.consume_approval(world.approval, "refund", ARGS)
+    world.a.push()
+    with StateRepo(world.b) as repo:
+        repo.pull()
+    with pytest.raises(runs.RunRefused) as err:
+        world.a.runs.event(RUN, _recorded(world.approval), "released by a spent approval")
+    assert err.value.rule == "run.approval_spent"
+    forged = _run_commit(world, _recorded(world.approval, main_commit=_main(world)),
+                         when=world.at(1.5))
+    before = Snapshot(world.b)
+    with StateRepo(world.b) as repo, pytest.raises(GitStateError) as pulled:
+        repo.pull()
+    assert "[run.approval_spent]" in pulled.value.message, pulled.value.message
+    before.unchanged()
+    out = subprocess.run([GIT or "git", "-C", str(world.bare), "push", str(server),
+                          "main:main", f"{forged}:{PREFIX}{RUN}"], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert out.returncode != 0 and "[run.approval_spent]" in out.stderr, out.stderr
+
+
 def test_main_and_a_run_citing_it_pass_the_hook_in_one_push(world: World) -> None:
     """Honest: the run's approval_recorded cites a main commit the new server receives in
     the same push; the hook checks the run against main as the push leaves it."""

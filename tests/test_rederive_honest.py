@@ -61,7 +61,8 @@ class Agent:
         self.clock.advance(minutes=7)
         pending = [a["id"] for a in rt.approvals() if a["status"] == "pending"]
         approved = [a for a in rt.approvals() if a["status"] == "approved" and not a["expired"]]
-        decided = [a for a in rt.approvals() if a["status"] != "pending"]
+        # a spent approval releases no run (run.approval_spent): the runtime records the rest
+        decided = [a for a in rt.approvals() if a["status"] not in ("pending", "consumed")]
         runs = [r["run_id"] for r in rt.runs.listing()]
         run = runs[n % len(runs)] if runs else None
         try:
@@ -201,7 +202,7 @@ def test_every_namespace_in_one_honest_round_trip() -> None:
     first = [("request", 1), ("run_start", 1), ("run_side_effect", 1), ("approve", 0),
              ("run_approval", 0), ("consume", 0), ("refused", 0), ("clock_back", 2),
              ("set_ttl", 1), ("schema", 1), ("request", 2), ("handoff", 1), ("clear", 0)]
-    second = [("set", 0), ("request", 3), ("deny", 0), ("run_start", 3),
+    second = [("deny", 0), ("set", 0), ("request", 3), ("run_start", 3),
               ("run_side_effect", 3), ("run_approval", 0), ("later", 30), ("request", 5),
               ("refused", 1), ("clock_back", 5), ("handoff", 2), ("clear", 0)]
     held = _round_trip(first, second, signed=True)
