@@ -370,7 +370,8 @@ def verify_push(git_dir: Path, old: str, new: str, ref: str,
                                                         new)]
         if ref != BRANCH:
             if main is not None and not re.fullmatch(r"[0-9a-f]{40}", main):
-                return [f"--main {main[:60]!r} is not a commit id (40 lowercase hex digits)"]
+                return [f"[usage.main] --main {main[:60]!r} is not a commit id (40 lowercase "
+                        "hex digits)"]
             return verify_pushed(store, ref, None if old == zero else old,
                                  None if new == zero else new, trust,
                                  main=None if main in (None, zero) else main)

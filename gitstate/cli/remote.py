@@ -154,6 +154,8 @@ def clone(obj: Ctx, url: str, directory: Path | None) -> None:
 
 @examples(
     "gitstate verify-push \"$old\" \"$new\" refs/heads/main --git-dir /srv/git/trader.git",
+    "gitstate verify-push --main \"$main_new\" \"$old\" \"$new\" refs/heads/runs/r1 "
+    "--git-dir /srv/git/trader.git",
     exits="Exit: 0 the update may land; 1 it is refused (each problem on stderr, "
           "verify_push.failed); 2 a usage error; 3 the repository cannot be used.",
 )
@@ -174,11 +176,8 @@ def verify_push(old: str, new: str, ref: str, git_dir: Path, main: str | None) -
     Checks every new commit exactly like a local write (docs/security.md): history (no
     rewrite, no merge, time never before the parent), the tree (only the known files, regular
     and bounded), the trailers and every input rule, replay to the committed state, and every
-    cap, limit and the schema. Each refusal names its rule.
-
-    \b
-    gitstate verify-push --git-dir srv.git OLD NEW refs/heads/main
-    gitstate verify-push --git-dir srv.git --main NEWMAIN OLD NEW refs/heads/runs/r1
+    cap, limit and the schema. Each refusal names its rule. A run ledger is checked
+    against --main when the same push moves main (the hook passes it).
     """
     from ..sync import verify_push as check
 
