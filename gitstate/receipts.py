@@ -65,7 +65,7 @@ def record(git_dir: str, data: bytes, *, now: datetime, head: str | None, runtim
         # a planted symlink, FIFO or hard link is refused, never written through
         from .safefile import append
 
-        append(path, line.encode())
+        append(path, line.encode(), repair=True)
     except OSError:
         return None
     return rid

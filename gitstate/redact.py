@@ -38,7 +38,7 @@ def repo_key(git_dir: Path) -> bytes:
     """The repository's redaction key, made on first use."""
     path = git_dir / KEY_FILE
     try:
-        data = safefile.read_regular(path, 64)
+        data = safefile.read_regular(path, 64, sole=True)
     except FileNotFoundError:
         data = b""
     if len(data) == 32:

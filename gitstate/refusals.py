@@ -147,7 +147,7 @@ def record(store: GitStore, identity: bytes, **fields: Any) -> str | None:
     except Exception:  # the refusal itself must still reach the caller
         with contextlib.suppress(OSError):  # never through a link (safefile)
             safefile.append(store.git_dir / FAILED_FILE,
-                            (datetime.now(UTC).isoformat() + "\n").encode())
+                            (datetime.now(UTC).isoformat() + "\n").encode(), repair=True)
         return None
 
 

@@ -54,11 +54,12 @@ class TooLarge(OSError):
     """The file is larger than the caller's bound."""
 
 
-def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
+def read_regular(path: str | os.PathLike[str], limit: int, *, sole: bool = False) -> bytes:
     """The bytes of the regular file at ``path`` (at most ``limit``).
 
     Raises FileNotFoundError when it is absent, :class:`NotRegular` for a symlink or any
-    other kind of file, :class:`TooLarge` past ``limit`` bytes.
+    other kind of file (with ``sole``, one with another name too: a secret that must be
+    gitstate's own), :class:`TooLarge` past ``limit`` bytes.
     """
     try:
         fd = os.open(path, _FLAGS)
@@ -71,6 +72,8 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise NotRegular(f"{os.fspath(path)} is not a regular file")
+        if sole and info.st_nlink != 1:
+            raise NotRegular(f"{os.fspath(path)} has another name (a hard link): remove it")
         if info.st_size > limit:
             raise TooLarge(f"{os.fspath(path)} is {info.st_size} bytes; the limit is {limit}")
         chunks: list[bytes] = []
@@ -213,10 +216,19 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o644, *
         os.close(dir_fd)
 
 
-def append(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
+def append(path: str | os.PathLike[str], data: bytes, mode: int = 0o644, *,
+           repair: bool = False) -> None:
     """Append ``data`` to the regular file at ``path`` (created if absent), in one write;
-    :class:`NotRegular` for a symlink, FIFO, device or a file with another name."""
-    fd = open_append(path, mode)
+    :class:`NotRegular` for a symlink, FIFO, device or a file with another name, or with
+    ``repair`` (a log whose old lines may be lost) that name removed, never what it points
+    at, and a fresh file made in its place."""
+    try:
+        fd = open_append(path, mode)
+    except NotRegular:
+        if not repair or kind(path) == "dir":
+            raise
+        os.unlink(path)
+        fd = create_new(path, mode)
     try:
         os.write(fd, data)
     finally:
@@ -261,7 +273,8 @@ def _open_in_place(path: str | os.PathLike[str], flags: int, mode: int, *,
     except OSError as exc:
         if isinstance(exc, (FileNotFoundError, PermissionError)):
             raise
-        raise NotRegular(f"{os.fspath(path)} is not a regular file ({exc.strerror})") from exc
+        raise NotRegular(f"{os.fspath(path)} is not a regular file ({exc.strerror}); gitstate "
+                         "does not write through it: remove it") from exc
     finally:
         os.close(dir_fd)
     try:

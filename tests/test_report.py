@@ -226,3 +226,87 @@ def test_headless_chromium_reads_the_report(demo_site: Path, tmp_path: Path) -> 
     plain = _chromium("--disable-javascript", "--dump-dom",
                       targets["key"].as_uri()).stdout
     assert plain.count("<table>") == dom.count("<table>") == 3
+
+
+# -- the output directory: nothing written inside one gitstate did not just make --------
+
+def _site_agent(tmp_path: Path) -> Path:
+    agent = tmp_path / "agent"
+    with StateRepo.init(agent) as repo:
+        repo.set("stop_loss.2317", 262, "break below, exit")
+    return agent
+
+
+def _report(agent: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return run_cli("report", "--html", str(out), agent_dir=agent)
+
+
+def _untouched(elsewhere: Path, victim: Path) -> None:
+    assert list(elsewhere.iterdir()) == [victim]
+    assert victim.read_bytes() == b"precious\n"
+
+
+@pytest.fixture
+def elsewhere(tmp_path: Path) -> tuple[Path, Path]:
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    victim = folder / "victim"
+    victim.write_bytes(b"precious\n")
+    return folder, victim
+
+
+def test_a_link_planted_in_the_output_directory_is_refused(
+        tmp_path: Path, elsewhere: tuple[Path, Path]) -> None:
+    """OUT/keys -> elsewhere, and a planted OUT/.index.html.<pid>.tmp -> victim for every
+    pid a report could have: refused (report.out_not_ours) before a page is written."""
+    folder, victim = elsewhere
+    agent = _site_agent(tmp_path)
+    out = tmp_path / "site"
+    out.mkdir()
+    (out / "keys").symlink_to(folder)
+    refused = _report(agent, out)
+    assert refused.returncode == 2 and "[report.out_not_ours]" in refused.stderr
+    assert "'keys'" in refused.stderr and "Traceback" not in refused.stderr
+    _untouched(folder, victim)
+    (out / "keys").unlink()
+    for pid in range(os.getpid() - 50, os.getpid() + 200):
+        (out / f".index.html.{pid}.tmp").symlink_to(victim)
+    refused = _report(agent, out)
+    assert refused.returncode == 2 and "[report.out_not_ours]" in refused.stderr
+    _untouched(folder, victim)
+    assert not (out / "index.html").exists()
+
+
+def test_a_site_written_before_is_replaced_whole_never_written_through(
+        tmp_path: Path, elsewhere: tuple[Path, Path]) -> None:
+    folder, victim = elsewhere
+    agent = _site_agent(tmp_path)
+    out = tmp_path / "site"
+    assert _report(agent, out).returncode == 0
+    first = (out / "index.html").stat().st_ino
+    again = _report(agent, out)  # its own site: replaced, a fresh directory renamed in
+    assert again.returncode == 0, again.stderr
+    assert (out / "index.html").stat().st_ino != first
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".site.")]  # no leftovers
+    page = next((out / "keys").iterdir())
+    page.unlink()
+    page.symlink_to(victim)  # a page of the old site swapped for a link
+    refused = _report(agent, out)
+    assert refused.returncode == 2 and "[report.out_not_ours]" in refused.stderr
+    _untouched(folder, victim)
+
+
+def test_an_output_directory_that_is_a_symlink_is_refused(
+        tmp_path: Path, elsewhere: tuple[Path, Path]) -> None:
+    folder, victim = elsewhere
+    agent = _site_agent(tmp_path)
+    out = tmp_path / "site"
+    out.symlink_to(folder)
+    refused = _report(agent, out)
+    assert refused.returncode == 2 and "[report.out_not_dir]" in refused.stderr
+    _untouched(folder, victim)
+    assert out.is_symlink()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    written = _report(agent, empty)  # an empty directory is taken
+    assert written.returncode == 0 and (empty / "index.html").is_file()

@@ -491,9 +491,10 @@ def _exclude_projection(git_dir: Path) -> None:
     exclude = git_dir / layout.EXCLUDE_FILE
     exclude.parent.mkdir(exist_ok=True)
     lines = "/working_state_history.jsonl\n/.*.tmp\n"
-    try:
-        if lines in safefile.read_regular(exclude, 1 << 20).decode("utf-8", "replace"):
-            return
-    except FileNotFoundError:
-        pass
-    safefile.append(exclude, f"# gitstate: projections and temporary files\n{lines}".encode())
+    try:  # a link in its place is read as empty and replaced by a file of its own
+        old = safefile.read_regular(exclude, 1 << 20)
+    except OSError:
+        old = b""
+    if safefile.kind(exclude) != "file" or lines.encode() not in old:
+        old += b"\n" if old and not old.endswith(b"\n") else b""
+        safefile.write_atomic(exclude, old + f"# gitstate: never committed\n{lines}".encode())

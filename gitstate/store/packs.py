@@ -8,7 +8,7 @@ import io
 import os
 from collections.abc import Iterator
 
-from .. import gitcli, locking
+from .. import gitcli, locking, safefile
 from ..errors import LockTimeout, StoreError
 from ..layout import REPACK_LOCK_FILE
 from . import packwrite
@@ -39,9 +39,13 @@ class PackOps(RepoBase):
         packs vanish). Writers do not wait for it: they skip folding. In a read-only
         repository, or past the timeout, it goes on without the lock."""
         with contextlib.ExitStack() as stack:
-            with contextlib.suppress(OSError, LockTimeout):
+            try:
                 stack.enter_context(locking.exclusive(self.git_dir / REPACK_LOCK_FILE,
                                                       timeout))
+            except safefile.NotRegular:
+                raise  # a link or FIFO planted as the lock: named, never worked around
+            except (OSError, LockTimeout):
+                pass
             yield
 
     def pack_count(self) -> int:
