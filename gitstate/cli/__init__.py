@@ -55,6 +55,7 @@ COMMANDS: dict[str, str] = {
     "report": "report:report",
     "serve": "report:serve",
     "mcp": "serve:mcp",
+    "install": "install:install",
     "demo": "serve:demo",
 }
 

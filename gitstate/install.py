@@ -1,0 +1,440 @@
+"""Wiring a host to this gitstate: its MCP configuration and, where the host has them, its
+hooks, merged into the files the host reads (``gitstate install HOST``).
+
+Every file is planned before any is written: read (never through a symlink, never
+anything but a regular file), merged with what the user has there (their other servers,
+settings and hooks are kept), compared with what stands there (equal: not written at
+all, so a second run changes no byte), then written whole through
+:func:`safefile.write_atomic`, after a copy of the old bytes in ``<file>.gitstate-backup``.
+A refusal of one file leaves every file as it was.
+
+The server command is this gitstate's own: the absolute ``sys.executable -m gitstate``
+with the agent directory absolute, so it holds whichever directory the host starts in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import safefile
+from .errors import GitStateError, Refused, UsageError
+
+HOSTS = ("claude-code", "codex", "gemini", "cursor")
+SERVER = "gitstate"
+BACKUP = ".gitstate-backup"
+LIMIT = 64 << 20  # ~/.claude.json holds the history of every project; generous
+SESSION_MATCHER = "startup|resume|clear|compact"
+CHECK_SECONDS = 120.0
+
+
+class NotConnected(GitStateError):
+    """``--check``: the host's own listing does not show the server connected."""
+
+    exit_code = 1
+    rule = "install.not_connected"
+
+
+@dataclass
+class Plan:
+    """One file: what stands there now (None: absent) and what it is to hold."""
+
+    path: Path
+    old: bytes | None
+    new: bytes
+    what: str  # "the MCP server", "the hooks", ...
+
+    @property
+    def changes(self) -> bool:
+        return self.old != self.new
+
+
+@dataclass
+class Wiring:
+    host: str
+    scope: str  # "project" or "user"
+    plans: list[Plan] = field(default_factory=list)
+    todo: list[str] = field(default_factory=list)
+
+
+def server_argv(agent_dir: Path) -> list[str]:
+    """This gitstate's MCP server for ``agent_dir``: absolute interpreter (not resolved: a
+    virtual environment's python is a link that must stay one), absolute agent directory."""
+    return [os.path.abspath(sys.executable), "-m", "gitstate", "--agent-dir",
+            str(agent_dir.absolute()), "mcp"]
+
+
+def hook_command(agent_dir: Path) -> str:
+    """The Claude Code hook command: ``gitstate hook claude-code`` (the fast path) for
+    ``agent_dir``, quoted for the shell Claude Code runs it in."""
+    argv = [*server_argv(agent_dir)[:-1], "hook", "claude-code"]
+    return shlex.join(argv)
+
+
+def _read(path: Path) -> bytes | None:
+    """The bytes at ``path`` (None when absent); a symlink or anything but a regular file is
+    refused, so nothing is ever written through one."""
+    kind = safefile.kind(path)
+    if kind is None:
+        return None
+    if kind == "symlink":
+        raise Refused(f"{path} is a symlink; gitstate install never writes through one: "
+                      "merge the configuration into the file it points to by hand, or "
+                      "replace the link with a regular file", rule="install.symlink")
+    if kind != "file":
+        raise Refused(f"{path} is not a regular file", rule="install.not_regular")
+    try:
+        return safefile.read_regular(path, LIMIT)
+    except safefile.NotRegular as exc:
+        raise Refused(str(exc), rule="install.not_regular") from None
+    except safefile.TooLarge as exc:
+        raise Refused(str(exc), rule="install.too_large") from None
+
+
+def _json_plan(path: Path, what: str, merge: Callable[[dict[str, Any]], None]) -> Plan:
+    """A JSON object file merged by ``merge`` (which edits the parsed object in place)."""
+    old = _read(path)
+    data: Any = {}
+    if old is not None and old.strip():
+        try:
+            data = json.loads(old)
+        except (ValueError, RecursionError) as exc:
+            raise Refused(f"{path} is not valid JSON ({exc}); fix it or move it aside, then "
+                          "run again", rule="install.not_json") from None
+        if not isinstance(data, dict):
+            raise Refused(f"{path} holds JSON that is not an object", rule="install.not_json")
+    before = json.dumps(data, sort_keys=True)
+    merge(data)
+    if old is not None and json.dumps(data, sort_keys=True) == before:
+        return Plan(path, old, old, what)  # nothing to add: the bytes stay as they are
+    return Plan(path, old, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode(),
+                what)
+
+
+def _table(data: dict[str, Any], name: str, path: Path) -> dict[str, Any]:
+    """``data[name]``, an object (created if absent)."""
+    value = data.setdefault(name, {})
+    if not isinstance(value, dict):
+        raise Refused(f"{path}: {name!r} is not an object; fix it by hand",
+                      rule="install.not_mergeable")
+    return value
+
+
+def _put_server(path: Path, entry: dict[str, Any],
+                container: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+                ) -> Callable[[dict[str, Any]], None]:
+    """A merge that sets ``mcpServers.gitstate``: our fields over the user's (their other
+    fields in the entry, such as env or a timeout, are kept)."""
+    def merge(data: dict[str, Any]) -> None:
+        where = container(data) if container else data
+        servers = _table(where, "mcpServers", path)
+        current = servers.get(SERVER)
+        kept = current if isinstance(current, dict) else {}
+        servers[SERVER] = {**kept, **entry}
+    return merge
+
+
+def _claude(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
+    wiring = Wiring("claude-code", scope)
+    argv = server_argv(agent_dir)
+    entry: dict[str, Any] = {"type": "stdio", "command": argv[0], "args": argv[1:]}
+
+    def with_env(data: dict[str, Any]) -> dict[str, Any]:
+        current = data.get("mcpServers", {}).get(SERVER) if isinstance(
+            data.get("mcpServers"), dict) else None
+        if not isinstance(current, dict) or "env" not in current:
+            entry.setdefault("env", {})  # what `claude mcp add` writes
+        return data
+
+    if scope == "project":
+        mcp = project / ".mcp.json"
+        settings = project / ".claude" / "settings.json"
+        wiring.plans.append(_json_plan(mcp, "the MCP server",
+                                       _put_server(mcp, entry, with_env)))
+        local = project / ".claude" / "settings.local.json"
+
+        def approve(data: dict[str, Any]) -> None:
+            enabled = data.setdefault("enabledMcpjsonServers", [])
+            if not isinstance(enabled, list):
+                raise Refused(f"{local}: 'enabledMcpjsonServers' is not a list",
+                              rule="install.not_mergeable")
+            if SERVER not in enabled:
+                enabled.append(SERVER)
+
+        wiring.plans.append(_json_plan(local, "the server's approval (yours, not shared)",
+                                       approve))
+        wiring.todo.append(
+            f"trust the folder: start `claude` in {project} once and accept its trust "
+            "dialog (Claude Code starts a project's .mcp.json servers only in a trusted "
+            "folder); teammates who get .mcp.json approve the server when claude asks")
+    else:
+        state = home / ".claude.json"
+        settings = home / ".claude" / "settings.json"
+        wiring.plans.append(_json_plan(state, "the MCP server (user scope)",
+                                       _put_server(state, entry, with_env)))
+    command = hook_command(agent_dir)
+
+    def hooks(data: dict[str, Any]) -> None:
+        table = _table(data, "hooks", settings)
+        for event, matcher in (("SessionStart", SESSION_MATCHER), ("UserPromptSubmit", None)):
+            groups = table.setdefault(event, [])
+            if not isinstance(groups, list):
+                raise Refused(f"{settings}: hooks.{event} is not a list",
+                              rule="install.not_mergeable")
+            found = False
+            for group in groups:
+                for hook in group.get("hooks", []) if isinstance(group, dict) else []:
+                    if isinstance(hook, dict) and _is_ours(hook.get("command")):
+                        hook["command"] = command  # the hand-merged one, now this gitstate's
+                        found = True
+            if not found:
+                group = {"hooks": [{"type": "command", "command": command, "timeout": 10}]}
+                groups.append({"matcher": matcher, **group} if matcher else group)
+
+    wiring.plans.append(_json_plan(settings, "the SessionStart and UserPromptSubmit hooks",
+                                   hooks))
+    wiring.todo.append("check it: gitstate install claude-code "
+                       f"--{scope} --check (runs `claude mcp list`)")
+    return wiring
+
+
+def _is_ours(command: object) -> bool:
+    return isinstance(command, str) and "gitstate" in command \
+        and command.rstrip().endswith("hook claude-code")
+
+
+def _gemini(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
+    wiring = Wiring("gemini", scope)
+    argv = server_argv(agent_dir)
+    path = (project if scope == "project" else home) / ".gemini" / "settings.json"
+    entry = {"command": argv[0], "args": argv[1:], "timeout": 30000}
+    wiring.plans.append(_json_plan(path, "the MCP server", _put_server(path, entry)))
+    wiring.todo.append(f"trust the folder you run gemini in ({project} here): accept "
+                       "Gemini CLI's trust prompt, or `/permissions` in gemini; it starts "
+                       "MCP servers only in trusted folders")
+    return wiring
+
+
+def _cursor(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
+    wiring = Wiring("cursor", scope)
+    argv = server_argv(agent_dir)
+    path = (project if scope == "project" else home) / ".cursor" / "mcp.json"
+    entry = {"command": argv[0], "args": argv[1:]}
+    wiring.plans.append(_json_plan(path, "the MCP server", _put_server(path, entry)))
+    wiring.todo.append("enable the server in Cursor: Settings > MCP (Cursor asks before it "
+                       "starts a new server)")
+    return wiring
+
+
+_CODEX_HEADER = re.compile(r"^\s*\[\s*mcp_servers\s*\.\s*\"?gitstate\"?\s*\]\s*(#.*)?$")
+_ANY_HEADER = re.compile(r"^\s*\[")
+
+
+def codex_home(home: Path) -> Path:
+    given = os.environ.get("CODEX_HOME")
+    return Path(given).absolute() if given else home / ".codex"
+
+
+def _codex(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
+    if scope == "project":
+        raise UsageError("Codex CLI reads its MCP servers from ~/.codex/config.toml "
+                         "($CODEX_HOME/config.toml) only: run `gitstate install codex "
+                         "--user`", rule="usage.install_scope")
+    wiring = Wiring("codex", scope)
+    path = codex_home(home) / "config.toml"
+    argv = server_argv(agent_dir)
+    block = (f"[mcp_servers.{SERVER}]\n"
+             f"command = {json.dumps(argv[0])}\n"
+             f"args = [{', '.join(json.dumps(a) for a in argv[1:])}]\n"
+             "startup_timeout_sec = 20\n"
+             "tool_timeout_sec = 60\n")
+    old = _read(path)
+    text = "" if old is None else old.decode("utf-8", "replace")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise Refused(f"{path} is not valid TOML ({exc}); fix it, then run again",
+                      rule="install.not_toml") from None
+    servers = data.get("mcp_servers", {})
+    current = servers.get(SERVER) if isinstance(servers, dict) else None
+    if isinstance(current, dict) and current.get("command") == argv[0] \
+            and current.get("args") == argv[1:]:
+        new = text
+    elif current is None:
+        new = text + ("\n" if text and not text.endswith("\n") else "") \
+            + ("\n" if text.strip() else "") + block
+    else:
+        lines = text.splitlines(keepends=True)
+        start = next((i for i, line in enumerate(lines) if _CODEX_HEADER.match(line)), None)
+        if start is None:
+            raise Refused(f"{path} defines mcp_servers.{SERVER} other than as a "
+                          f"[mcp_servers.{SERVER}] table; change it by hand",
+                          rule="install.not_mergeable")
+        end = next((i for i in range(start + 1, len(lines))
+                    if _ANY_HEADER.match(lines[i])), len(lines))
+        tail = "".join(lines[end:])
+        new = "".join(lines[:start]) + block + ("\n" + tail if tail else "")
+    wiring.plans.append(Plan(path, old, new.encode("utf-8") if new != text or old is None
+                             else old, "the MCP server"))
+    wiring.todo.append("check it: gitstate install codex --check (starts Codex's "
+                       "app-server, which starts the server; `codex mcp list` only reads "
+                       "the file)")
+    return wiring
+
+
+PLANNERS: dict[str, Callable[[Path, str, Path, Path], Wiring]] = {
+    "claude-code": _claude, "codex": _codex, "gemini": _gemini, "cursor": _cursor,
+}
+
+
+def plan(host: str, agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
+    """What ``gitstate install HOST`` would write; nothing is written."""
+    return PLANNERS[host](agent_dir, scope, project.absolute(), home)
+
+
+def apply(wiring: Wiring) -> list[str]:
+    """Write every changed file (its backup first); one line per file saying what was done."""
+    done = []
+    for p in wiring.plans:
+        if not p.changes:
+            done.append(f"unchanged {p.path} ({p.what})")
+            continue
+        try:
+            os.makedirs(p.path.parent, exist_ok=True)
+            if p.old is not None:
+                safefile.write_atomic(f"{p.path}{BACKUP}", p.old, 0o600)
+            safefile.write_atomic(p.path, p.new, 0o600 if p.path.name == ".claude.json"
+                                  else 0o644)
+        except safefile.NotRegular as exc:
+            raise Refused(f"{exc}; nothing was written there", rule="install.not_regular"
+                          ) from None
+        if p.old is None:
+            done.append(f"created {p.path} ({p.what})")
+        else:
+            done.append(f"updated {p.path} ({p.what}; the old file is "
+                        f"{p.path.name}{BACKUP})")
+    return done
+
+
+# --check: the host's own listing
+
+
+def _binary(name: str, host: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        raise GitStateError(f"{host} is not installed here (no `{name}` on PATH): nothing "
+                            "to check; the configuration is written for when it is",
+                            rule="install.host_missing")
+    return found
+
+
+def _run(argv: list[str], cwd: Path, stdin: str | None = None,
+         env: dict[str, str] | None = None) -> str:
+    try:
+        out = subprocess.run(argv, cwd=cwd, input=stdin, capture_output=True, text=True,
+                             timeout=CHECK_SECONDS, check=False, env=env)
+    except subprocess.TimeoutExpired:
+        raise NotConnected(f"`{shlex.join(argv)}` did not answer within "
+                           f"{CHECK_SECONDS:.0f} s") from None
+    except OSError as exc:
+        raise NotConnected(f"`{shlex.join(argv)}` could not start: {exc}") from None
+    return out.stdout + out.stderr
+
+
+def _listed(output: str, command: str) -> str:
+    """The listing's line about the server, or why there is none."""
+    line = next((raw.strip() for raw in output.splitlines()
+                 if re.match(rf"^\W*{SERVER}\b", raw.strip())), None)
+    if line is None:
+        raise NotConnected(f"`{command}` does not list {SERVER}: {output.strip()[-400:]}")
+    return line
+
+
+def check(host: str, scope: str, project: Path, home: Path) -> str:
+    """Run the host's own listing; the line that says Connected, else NotConnected naming
+    what the host said and what to do."""
+    if host == "claude-code":
+        claude = _binary("claude", "Claude Code")
+        line = _listed(_run([claude, "mcp", "list"], project), "claude mcp list")
+        if "Connected" in line:
+            return f"claude mcp list: {line}"
+        hint = ""
+        if "Pending approval" in line:
+            hint = (f"; the folder {project} is not trusted yet: start `claude` there once "
+                    "and accept the trust dialog")
+        raise NotConnected(f"claude mcp list: {line}{hint}")
+    if host == "gemini":
+        gemini = _binary("gemini", "Gemini CLI")
+        line = _listed(_run([gemini, "mcp", "list"], project), "gemini mcp list")
+        if "Connected" in line:
+            return f"gemini mcp list: {line}"
+        hint = (f"; trust {project} in Gemini CLI (its trust prompt, or "
+                "~/.gemini/trustedFolders.json)") if "Disabled" in line else ""
+        raise NotConnected(f"gemini mcp list: {line}{hint}")
+    if host == "codex":
+        return _check_codex(_binary("codex", "Codex CLI"), project)
+    agent = _binary("cursor-agent", "Cursor's CLI")
+    line = _listed(_run([agent, "mcp", "list"], project), "cursor-agent mcp list")
+    if "ready" in line.lower() or "connected" in line.lower():
+        return f"cursor-agent mcp list: {line}"
+    raise NotConnected(f"cursor-agent mcp list: {line}")
+
+
+def _check_codex(codex: str, project: Path) -> str:
+    """Codex's app-server (what its TUI and IDE extensions use) starts the configured
+    servers; ``mcpServerStatus/list`` reports each one's tools and server info."""
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"clientInfo": {"name": "gitstate-install", "title": "gitstate install",
+                                   "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "mcpServerStatus/list", "params": {}},
+    ]
+    proc = subprocess.Popen([codex, "app-server"], cwd=project, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    status: dict[str, Any] | None = None
+    try:
+        import threading
+
+        timer = threading.Timer(CHECK_SECONDS, proc.kill)
+        timer.start()
+        for request in requests:
+            proc.stdin.write(json.dumps(request) + "\n")
+        proc.stdin.flush()
+        for raw in proc.stdout:
+            try:
+                message = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(message, dict) and message.get("id") == 2:
+                status = message
+                break
+        timer.cancel()
+    finally:
+        proc.kill()
+        proc.wait()
+    if status is None or not isinstance(status.get("result"), dict):
+        raise NotConnected(f"codex app-server gave no server status: {status}")
+    servers = status["result"].get("data") or []
+    server = next((s for s in servers if isinstance(s, dict) and s.get("name") == SERVER),
+                  None)
+    if server is None:
+        raise NotConnected("codex app-server does not list gitstate (is it in "
+                           "$CODEX_HOME/config.toml?)")
+    tools = server.get("tools") or {}
+    if not tools:
+        raise NotConnected(f"codex app-server lists gitstate without tools: {server}")
+    info = server.get("serverInfo") or {}
+    return (f"codex app-server: gitstate Connected ({info.get('name')} "
+            f"{info.get('version')}, {len(tools)} tools)")

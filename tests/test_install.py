@@ -1,0 +1,255 @@
+"""`gitstate install HOST`: each host's files written in a HOME and a project of their own,
+merged with what the user had there, idempotent to the byte, backed up, never written
+through a symlink; `--check` through the host's own listing (Claude Code, Codex and Gemini
+CLI from tests/js/hosts)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from gitstate.repo import StateRepo
+from tests.helpers import npm_ci, run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+HOSTS = ROOT / "tests" / "js" / "hosts"
+PYTHON = os.path.abspath(sys.executable)
+
+
+@pytest.fixture
+def where(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, Path]:
+    """(project, home, agent directory): the project is the current directory."""
+    proj, home = tmp_path / "proj", tmp_path / "home"
+    home.mkdir()
+    agent = proj / ".agent"
+    with StateRepo.init(agent) as repo:
+        repo.set("stop_loss.2317", 262, "the rule")
+    monkeypatch.chdir(proj)
+    monkeypatch.delenv("CODEX_HOME", raising=False)
+    return proj, home, agent
+
+
+def install(home: Path, *args: str, path: str = "") -> tuple[int, str, str]:
+    env = {"HOME": str(home), "GITSTATE_AGENT_DIR": None, "CODEX_HOME": None}
+    if path:
+        env["PATH"] = path
+    out = run_cli("install", *args, agent_dir=Path(".agent"), env=env)  # type: ignore[arg-type]
+    return out.returncode, out.stdout, out.stderr
+
+
+def server(agent: Path) -> list[str]:
+    return ["-m", "gitstate", "--agent-dir", str(agent), "mcp"]
+
+
+# where each host's file is, for --project and --user, and how its entry is read
+
+def claude_entry(data: dict[str, object]) -> object:
+    return data["mcpServers"]["gitstate"]  # type: ignore[index]
+
+
+FILES = {
+    ("claude-code", "project"): ("proj", ".mcp.json"),
+    ("claude-code", "user"): ("home", ".claude.json"),
+    ("gemini", "project"): ("proj", ".gemini/settings.json"),
+    ("gemini", "user"): ("home", ".gemini/settings.json"),
+    ("cursor", "project"): ("proj", ".cursor/mcp.json"),
+    ("cursor", "user"): ("home", ".cursor/mcp.json"),
+    ("codex", "user"): ("home", ".codex/config.toml"),
+}
+
+
+def target(host: str, scope: str, proj: Path, home: Path) -> Path:
+    base, rel = FILES[(host, scope)]
+    return (proj if base == "proj" else home) / rel
+
+
+def read(path: Path) -> dict[str, object]:
+    if path.suffix == ".toml":
+        return tomllib.loads(path.read_text())
+    data = json.loads(path.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def entry(path: Path) -> dict[str, object]:
+    data = read(path)
+    servers = data["mcp_servers" if path.suffix == ".toml" else "mcpServers"]
+    assert isinstance(servers, dict)
+    found = servers["gitstate"]
+    assert isinstance(found, dict)
+    return found
+
+
+def plant(path: Path) -> bytes:
+    """A file the user had: another server and a setting of their own."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".toml":
+        text = ('model = "o4"\n\n[mcp_servers.other]\ncommand = "other-server"\n'
+                'args = ["--x"]\n')
+    else:
+        text = json.dumps({"theme": "dark", "mcpServers": {
+            "other": {"command": "other-server", "args": ["--x"]}}}, indent=4)
+    path.write_text(text)
+    return text.encode()
+
+
+@pytest.mark.parametrize(("host", "scope"), sorted(FILES))
+def test_each_host_file_merged_backed_up_and_idempotent(
+        host: str, scope: str, where: tuple[Path, Path, Path]) -> None:
+    proj, home, agent = where
+    path = target(host, scope, proj, home)
+    before = plant(path)
+    code, out, err = install(home, host, f"--{scope}")
+    assert code == 0, out + err
+    got = entry(path)
+    assert got["command"] == PYTHON and got["args"] == server(agent)
+    data = read(path)
+    if path.suffix == ".toml":
+        assert data["model"] == "o4"
+        assert data["mcp_servers"]["other"]["command"] == "other-server"  # type: ignore[index]
+    else:
+        assert data["theme"] == "dark"
+        assert data["mcpServers"]["other"] == {  # type: ignore[index]
+            "command": "other-server", "args": ["--x"]}
+    backup = path.with_name(path.name + ".gitstate-backup")
+    assert backup.read_bytes() == before
+    assert f"updated {path}" in out and "next:" in out
+    snapshot = {p: p.read_bytes() for p in (proj, home) for p in p.rglob("*")
+                if p.is_file() and ".agent" not in p.parts}
+    code, out, err = install(home, host, f"--{scope}")
+    assert code == 0, out + err
+    assert f"unchanged {path}" in out and "updated" not in out and "created" not in out
+    assert {p: p.read_bytes() for p in snapshot} == snapshot
+
+
+def test_claude_code_project_writes_server_approval_and_hooks(
+        where: tuple[Path, Path, Path]) -> None:
+    """Fresh project: .mcp.json as `claude mcp add -s project` writes it, the approval in
+    settings.local.json, both hooks; a hand-merged hook from hooks/claude-code/settings.json
+    is taken over, not doubled; the user's own hooks are kept."""
+    proj, home, agent = where
+    settings = proj / ".claude" / "settings.json"
+    manual = json.loads((ROOT / "hooks" / "claude-code" / "settings.json").read_text())
+    manual["hooks"]["UserPromptSubmit"].append(
+        {"hooks": [{"type": "command", "command": "echo mine"}]})
+    settings.parent.mkdir()
+    settings.write_text(json.dumps(manual))
+    code, out, err = install(home, "claude-code")
+    assert code == 0, out + err
+    assert entry(proj / ".mcp.json") == {"type": "stdio", "command": PYTHON,
+                                         "args": server(agent), "env": {}}
+    local = read(proj / ".claude" / "settings.local.json")
+    assert local == {"enabledMcpjsonServers": ["gitstate"]}
+    hooks = read(settings)["hooks"]
+    assert isinstance(hooks, dict)
+    commands = {event: [h["command"] for g in groups for h in g["hooks"]]
+                for event, groups in hooks.items()}
+    ours = f"{PYTHON} -m gitstate --agent-dir {agent} hook claude-code"
+    assert commands == {"SessionStart": [ours], "UserPromptSubmit": [ours, "echo mine"]}
+    assert hooks["SessionStart"][0]["matcher"] == "startup|resume|clear|compact"
+    assert "trust the folder" in out
+    assert f"created {proj / '.mcp.json'}" in out and f"updated {settings}" in out
+
+
+@pytest.mark.parametrize(("host", "scope"), sorted(FILES))
+def test_a_symlink_at_the_target_is_refused(host: str, scope: str,
+                                            where: tuple[Path, Path, Path]) -> None:
+    proj, home, _ = where
+    path = target(host, scope, proj, home)
+    elsewhere = proj.parent / "elsewhere.json"
+    elsewhere.write_text("{}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(elsewhere)
+    code, out, err = install(home, host, f"--{scope}")
+    assert code == 1 and "[install.symlink]" in err, out + err
+    assert path.is_symlink() and elsewhere.read_text() == "{}"
+    assert not list(path.parent.glob("*.gitstate-backup"))
+    if host == "claude-code" and scope == "project":
+        assert not (proj / ".claude").exists()  # planned first: nothing else written
+
+
+def test_refusals_name_their_rule(where: tuple[Path, Path, Path]) -> None:
+    proj, home, _ = where
+    (proj / ".mcp.json").write_text("{not json")
+    code, _, err = install(home, "claude-code")
+    assert code == 1 and "[install.not_json]" in err
+    assert (proj / ".mcp.json").read_text() == "{not json"
+    code, _, err = install(home, "codex", "--project")
+    assert code == 2 and "[usage.install_scope]" in err
+    code, _, err = install(home, "cursor", "--check", path="/nonexistent")
+    assert code == 1 and "[install.host_missing]" in err and "cursor-agent" in err
+    assert (proj / ".cursor" / "mcp.json").exists()  # written; only the check had no host
+
+
+def test_codex_entry_replaced_in_place(where: tuple[Path, Path, Path]) -> None:
+    """An older [mcp_servers.gitstate] is replaced where it stands; the tables after it
+    are kept."""
+    _, home, agent = where
+    path = home / ".codex" / "config.toml"
+    path.parent.mkdir()
+    path.write_text('[mcp_servers.gitstate]\ncommand = "gitstate"\nargs = ["mcp"]\n\n'
+                    '[mcp_servers.other]\ncommand = "x"\n')
+    code, out, err = install(home, "codex")
+    assert code == 0, out + err
+    data = read(path)
+    assert data["mcp_servers"] == {
+        "gitstate": {"command": PYTHON, "args": server(agent), "startup_timeout_sec": 20,
+                     "tool_timeout_sec": 60},
+        "other": {"command": "x"}}
+
+
+@pytest.fixture(scope="module")
+def hosts() -> Path:
+    problem = npm_ci(HOSTS)
+    if problem:
+        pytest.skip(f"the agent hosts could not be installed: {problem}")
+    return HOSTS / "node_modules" / ".bin"
+
+
+def host_path(hosts: Path) -> str:
+    return f"{hosts}:{os.environ.get('PATH', '')}"
+
+
+def test_claude_code_check_connected_in_a_fresh_home(
+        hosts: Path, where: tuple[Path, Path, Path]) -> None:
+    """`install claude-code --user --check`: Connected at once (user-scope servers need no
+    approval). `--check` of the project's .mcp.json: pending until the folder is trusted
+    (what the user must still do, said), then Connected."""
+    proj, home, _ = where
+    code, out, err = install(home, "claude-code", "--user", "--check", path=host_path(hosts))
+    if code != 0 and "could not start" in err:
+        pytest.skip(f"claude cannot start here: {err}")
+    assert code == 0 and "Connected" in out, out + err
+    state = json.loads((home / ".claude.json").read_text())
+    del state["mcpServers"]["gitstate"]
+    (home / ".claude.json").write_text(json.dumps(state))
+    code, out, err = install(home, "claude-code", "--check", path=host_path(hosts))
+    assert code == 1 and "[install.not_connected]" in err and "Pending approval" in err
+    assert "accept the trust dialog" in err
+    state = json.loads((home / ".claude.json").read_text())
+    state.setdefault("projects", {})[str(proj)] = {"hasTrustDialogAccepted": True}
+    (home / ".claude.json").write_text(json.dumps(state))  # the user trusts the folder
+    code, out, err = install(home, "claude-code", "--check", path=host_path(hosts))
+    assert code == 0 and "Connected" in out, out + err
+
+
+def test_codex_check_starts_the_server(hosts: Path, where: tuple[Path, Path, Path]) -> None:
+    _, home, _ = where
+    code, out, err = install(home, "codex", "--check", path=host_path(hosts))
+    assert code == 0 and "gitstate Connected" in out and "6 tools" in out, out + err
+
+
+def test_gemini_check_says_to_trust_the_folder(hosts: Path,
+                                               where: tuple[Path, Path, Path]) -> None:
+    proj, home, _ = where
+    code, out, err = install(home, "gemini", "--check", path=host_path(hosts))
+    assert code == 1 and "Disabled" in err and f"trust {proj}" in err, out + err
+    (home / ".gemini" / "trustedFolders.json").write_text(
+        json.dumps({str(proj): "TRUST_FOLDER"}))
+    code, out, err = install(home, "gemini", "--check", path=host_path(hosts))
+    assert code == 0 and "Connected" in out, out + err
