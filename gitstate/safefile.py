@@ -28,6 +28,7 @@ library only: the wake-up path imports this module.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -40,6 +41,9 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _FLAGS = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | _CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
+# what opening a name that is no regular file fails with: ELOOP, the last component is a
+# symlink (O_NOFOLLOW); ENXIO, a socket or a FIFO with no reader; EISDIR, a directory
+_NOT_REGULAR = frozenset({errno.ELOOP, errno.ENXIO, errno.EISDIR})
 RULE = "store.not_regular"  # the rule a caller names when NotRegular reaches the user
 
 
@@ -64,9 +68,8 @@ def read_regular(path: str | os.PathLike[str], limit: int, *, sole: bool = False
     try:
         fd = os.open(path, _FLAGS)
     except OSError as exc:
-        if isinstance(exc, FileNotFoundError):
+        if exc.errno not in _NOT_REGULAR:  # absent, read-only, no permission: as they are
             raise
-        # ELOOP: the last component is a symlink (O_NOFOLLOW); ENXIO: a socket
         raise NotRegular(f"{os.fspath(path)} is not a regular file ({exc.strerror})") from exc
     try:
         info = os.fstat(fd)
@@ -119,9 +122,9 @@ def open_regular(path: str | os.PathLike[str], *, write: bool = False,
     flags |= (os.O_RDWR | (os.O_CREAT if create else 0)) if write else os.O_RDONLY
     try:
         fd = os.open(path, flags, 0o644)
-    except FileNotFoundError:
-        raise
     except OSError as exc:
+        if exc.errno not in _NOT_REGULAR:  # absent, read-only, no permission: as they are
+            raise
         raise NotRegular(f"{os.fspath(path)} is not a regular file ({exc.strerror})") from exc
     try:
         if write or sole:
@@ -157,7 +160,7 @@ def open_dir(path: str | os.PathLike[str]) -> int:
     try:
         return os.open(path, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC)
     except OSError as exc:
-        if isinstance(exc, FileNotFoundError):
+        if exc.errno not in (*_NOT_REGULAR, errno.ENOTDIR):
             raise
         raise NotRegular(f"{os.fspath(path)} is not a directory ({exc.strerror})") from exc
 
@@ -271,7 +274,7 @@ def _open_in_place(path: str | os.PathLike[str], flags: int, mode: int, *,
     try:
         fd = os.open(name, flags, mode, dir_fd=dir_fd)
     except OSError as exc:
-        if isinstance(exc, (FileNotFoundError, PermissionError)):
+        if exc.errno not in _NOT_REGULAR:
             raise
         raise NotRegular(f"{os.fspath(path)} is not a regular file ({exc.strerror}); gitstate "
                          "does not write through it: remove it") from exc
