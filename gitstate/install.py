@@ -19,6 +19,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tomllib
@@ -313,8 +314,7 @@ def apply(wiring: Wiring) -> list[str]:
             os.makedirs(p.path.parent, exist_ok=True)
             if p.old is not None:
                 safefile.write_atomic(f"{p.path}{BACKUP}", p.old, 0o600)
-            safefile.write_atomic(p.path, p.new, 0o600 if p.path.name == ".claude.json"
-                                  else 0o644)
+            safefile.write_atomic(p.path, p.new, _mode(p))
         except safefile.NotRegular as exc:
             raise Refused(f"{exc}; nothing was written there", rule="install.not_regular"
                           ) from None
@@ -324,6 +324,17 @@ def apply(wiring: Wiring) -> list[str]:
             done.append(f"updated {p.path} ({p.what}; the old file is "
                         f"{p.path.name}{BACKUP})")
     return done
+
+
+def _mode(p: Plan) -> int:
+    """The mode the file had (a private ~/.claude.json stays private), else 0600 for the
+    files that hold a user's state and secrets, 0644 for a project's."""
+    if p.old is not None:
+        try:
+            return stat.S_IMODE(os.lstat(p.path).st_mode)
+        except FileNotFoundError:
+            pass
+    return 0o600 if p.path.name in (".claude.json", "config.toml") else 0o644
 
 
 # --check: the host's own listing
@@ -354,7 +365,7 @@ def _run(argv: list[str], cwd: Path, stdin: str | None = None,
 def _listed(output: str, command: str) -> str:
     """The listing's line about the server, or why there is none."""
     line = next((raw.strip() for raw in output.splitlines()
-                 if re.match(rf"^\W*{SERVER}\b", raw.strip())), None)
+                 if re.match(rf"^\W*{SERVER}:", raw.strip())), None)
     if line is None:
         raise NotConnected(f"`{command}` does not list {SERVER}: {output.strip()[-400:]}")
     return line

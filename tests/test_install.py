@@ -253,3 +253,15 @@ def test_gemini_check_says_to_trust_the_folder(hosts: Path,
         json.dumps({str(proj): "TRUST_FOLDER"}))
     code, out, err = install(home, "gemini", "--check", path=host_path(hosts))
     assert code == 0 and "Connected" in out, out + err
+
+
+def test_a_changed_file_keeps_its_mode(where: tuple[Path, Path, Path]) -> None:
+    _, home, _ = where
+    state = home / ".claude.json"
+    state.write_text('{"numStartups": 3}')
+    state.chmod(0o600)
+    code, out, err = install(home, "claude-code", "--user")
+    assert code == 0, out + err
+    assert state.stat().st_mode & 0o777 == 0o600
+    assert json.loads(state.read_text())["numStartups"] == 3
+    assert (home / ".claude.json.gitstate-backup").stat().st_mode & 0o777 == 0o600
