@@ -56,7 +56,7 @@ except ImportError as exc:  # the extra is not installed: say which one
     raise ImportError("gitstate.langgraph needs the langgraph extra: pip install "
                       f"'gitstate[langgraph]' ({exc})") from exc
 
-from . import layout, locking
+from . import layout, locking, rules, secretscan
 from .errors import StoreError
 from .store.trees import BlobRef, Change
 from .trailers import encode_json
@@ -84,6 +84,30 @@ def dec(component: str) -> str:
     from urllib.parse import unquote
 
     return unquote(component)
+
+
+def _ids(conf: dict[str, Any]) -> tuple[str, str]:
+    """A write's thread id and namespace, which become a ref name: scanned for secrets."""
+    thread_id, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
+    rules.check_secret(thread_id, "the thread id")
+    rules.check_secret(ns, "the checkpoint namespace")
+    return thread_id, ns
+
+
+def _refuse_secrets(changes: dict[str, Change], message: str) -> None:
+    """Nothing secret enters a checkpoint either (docs/langgraph.md, "Secrets"): a channel
+    value, a pending write, a thread, namespace or task id and the commit message are
+    scanned as every other text that reaches an object (secretscan), and a finding
+    refuses the whole put, naming what and where, never the text. Refused, not redacted:
+    a checkpoint is what the graph resumes from, and a silently altered message would
+    resume another conversation."""
+    for path, change in changes.items():
+        rules.check_secret(path, "a checkpoint file name (channel, version or task)")
+        if isinstance(change, bytes):
+            found = secretscan.scan_bytes(change)
+            if found is not None:
+                rules.refuse_secret(f"the checkpoint file {path}", found, path)
+    rules.check_secret(message, "the checkpoint's commit message (ids, step, source)")
 
 
 def _typed(data: tuple[str, bytes]) -> bytes:
@@ -154,6 +178,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
             self.store.consolidate()
 
     def _commit(self, ref: str, changes: dict[str, Change], message: str) -> str:
+        _refuse_secrets(changes, message)
         when = int(datetime.now(UTC).timestamp())
         for _ in range(5):
             base = self.store.ref(ref)
@@ -294,7 +319,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
     def put(self, config: RunnableConfig, checkpoint: Checkpoint,
             metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
         conf = config["configurable"]
-        thread_id, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
+        thread_id, ns = _ids(conf)
         stored = checkpoint.copy()
         values: dict[str, Any] = stored.pop("channel_values")  # type: ignore[misc]
         meta = get_checkpoint_metadata(config, metadata)
@@ -338,7 +363,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[int]):
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                    task_id: str, task_path: str = "") -> None:
         conf = config["configurable"]
-        thread_id, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
+        thread_id, ns = _ids(conf)
         cid = str(conf["checkpoint_id"])
         ref = self.ref_name(thread_id, ns, "writes")
         with self.mutex, self._lock(thread_id):

@@ -5,6 +5,10 @@ or pulled commit carrying one is refused too (test_hostile_remote.py's attacks).
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 
 from gitstate.errors import CasMismatch, InvalidInput
@@ -268,3 +272,81 @@ def test_a_refusal_for_another_rule_keeps_no_secret(repo: StateRepo) -> None:
                                   "--batch-all-objects", "--batch"], capture_output=True,
                                  check=True).stdout
         assert GH[:24].encode() not in objects and GH.encode().hex().encode() not in objects
+
+
+def test_a_token_tried_in_every_input_reaches_no_object_and_no_ref(tmp_path: Path) -> None:
+    """The sweep: one token (raw and hex-encoded) tried in every input of every surface —
+    the Python API (keys, values, reasons, actors, the handoff, schema.yaml, approvals'
+    tools and arguments, run ids and run events), the CLI, the MCP server over stdio, the
+    LangGraph checkpointer (channel values, pending writes, the thread id) and a write
+    refused for another rule (so the refusal journal records it) — then every object of
+    the repository (`git cat-file --batch-all-objects --batch`) and every ref name: the
+    token is nowhere."""
+    import anyio
+
+    from gitstate.errors import GitStateError
+    from gitstate.langgraph import GitCheckpointSaver
+    from tests.helpers import GIT, run_cli
+    from tests.mcpclient import connect
+
+    if GIT is None:
+        pytest.skip("needs the git CLI")
+    agent = tmp_path / "agent"
+    token, hexed = GH, GH.encode().hex()
+    attempts: list[Callable[[StateRepo], object]] = [
+        lambda r: r.set(token, 1, "a key"),
+        lambda r: r.set("k", token, "a value"),
+        lambda r: r.set("k", {"nested": [hexed]}, "a hex-encoded value"),
+        lambda r: r.set("k", 1, f"deploy with {token}"),
+        lambda r: r.set("k", 1, "an actor", actor=token),
+        lambda r: r.handoff(f"next: use {token}"),
+        lambda r: r.set_schema(f"version: 1\nunknown_keys: allow\n# {token}\n", "schema"),
+        lambda r: r.request_approval(token, {"a": 1}, "a tool name"),
+        lambda r: r.request_approval("refund", {"card": token}, "approval arguments"),
+        lambda r: r.runs.start(token, description="d", criteria=["c"], reason="a run id"),
+        lambda r: r.runs.event("run-1", {"type": "question_opened", "question": token}, "q"),
+        lambda r: r.set("k", token, "a stale compare-and-swap", expected=12345),
+    ]
+    with StateRepo.init(agent) as repo:
+        repo.set_schema("version: 1\nunknown_keys: allow\napprovals:\n  refund: {}\n",
+                        "refunds need a human")
+        repo.set("k", 0, "first")
+        repo.runs.start("run-1", description="d", criteria=["c"], reason="start")
+        for attempt in attempts:
+            with pytest.raises(GitStateError):
+                attempt(repo)
+    assert run_cli("set", "k", token, "--reason", "the cli", agent_dir=agent).returncode != 0
+
+    async def over_mcp() -> None:
+        async with connect(agent) as client:
+            for args in ({"key": "k", "value": token, "reason": "mcp"},
+                         {"key": token, "value": 1, "reason": "mcp"},
+                         {"key": "k", "value": 1, "reason": f"mcp {token}"}):
+                is_error, _, _ = await client.call("working_state_set", **args)
+                assert is_error, args
+
+    anyio.run(over_mcp)
+    with GitCheckpointSaver(agent) as saver:
+        config = {"configurable": {"thread_id": "t-1", "checkpoint_ns": ""}}
+        checkpoint = {"v": 1, "id": "1ef", "ts": "2026-08-13T01:00:00+00:00",
+                      "channel_values": {"messages": [f"the key is {token}"]},
+                      "channel_versions": {"messages": "1"}, "versions_seen": {}}
+        with pytest.raises(GitStateError):
+            saver.put(config, checkpoint, {"source": "loop", "step": 1},  # type: ignore[arg-type]
+                      {"messages": "1"})
+        with pytest.raises(GitStateError):
+            saver.put({"configurable": {"thread_id": token, "checkpoint_ns": ""}},
+                      {**checkpoint, "channel_values": {}},  # type: ignore[arg-type]
+                      {"source": "loop", "step": 1}, {})
+        clean = saver.put(config, {**checkpoint, "channel_values": {}},  # type: ignore[arg-type]
+                          {"source": "loop", "step": 1}, {})
+        with pytest.raises(GitStateError):
+            saver.put_writes(clean, [("messages", f"tool output: {hexed}")], "task-1")
+    state = agent / "state"
+    objects = subprocess.run([GIT, "-C", str(state), "cat-file", "--batch-all-objects",
+                              "--batch"], capture_output=True, check=True).stdout
+    refs = subprocess.run([GIT, "-C", str(state), "for-each-ref", "--format=%(refname)"],
+                          capture_output=True, check=True, text=True).stdout
+    for form in (token, hexed, token[:24]):
+        assert form.encode() not in objects, form[:8]
+        assert form not in refs, form[:8]
