@@ -299,8 +299,17 @@ PLANNERS: dict[str, Callable[[Path, str, Path, Path], Wiring]] = {
 
 
 def plan(host: str, agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
-    """What ``gitstate install HOST`` would write; nothing is written."""
-    return PLANNERS[host](agent_dir, scope, project.absolute(), home)
+    """What ``gitstate install HOST`` would write; nothing is written. A file's directory
+    that is a symlink (``.claude`` linked into a dotfiles checkout) is refused here, before
+    any file is written, as the write itself would refuse it."""
+    wiring = PLANNERS[host](agent_dir, scope, project.absolute(), home)
+    for p in wiring.plans:
+        if safefile.kind(p.path.parent) == "symlink":
+            raise Refused(f"{p.path.parent} is a symlink; gitstate install never writes "
+                          f"through one: merge the configuration into {p.path.name} where it "
+                          "points by hand, or replace the link with a directory",
+                          rule="install.symlink")
+    return wiring
 
 
 def apply(wiring: Wiring) -> list[str]:

@@ -265,3 +265,14 @@ def test_a_changed_file_keeps_its_mode(where: tuple[Path, Path, Path]) -> None:
     assert state.stat().st_mode & 0o777 == 0o600
     assert json.loads(state.read_text())["numStartups"] == 3
     assert (home / ".claude.json.gitstate-backup").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_symlinked_directory_is_refused_before_anything_is_written(
+        where: tuple[Path, Path, Path]) -> None:
+    proj, home, _ = where
+    dotfiles = proj.parent / "dotfiles"
+    dotfiles.mkdir()
+    (proj / ".claude").symlink_to(dotfiles)
+    code, out, err = install(home, "claude-code")
+    assert code == 1 and "[install.symlink]" in err, out + err
+    assert not (proj / ".mcp.json").exists() and list(dotfiles.iterdir()) == []
