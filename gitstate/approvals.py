@@ -109,7 +109,7 @@ def plan_request_for(base: Base, *, tool: str, args: Any, reason: str, actor: st
 
 
 def replan(base: Base, key: str, step: str, recorded: Any, *, reason: str,
-           actor: str) -> Plan:
+           actor: str, state_at: Callable[[str], State] | None = None) -> Plan:
     """The plan this machine's own planners make for an approval step a commit from
     elsewhere records (``Gitstate-Approval: step`` on ``key``, its value ``recorded``), at
     the commit's parent and time. The one rule (gitstate/foreign.py) accepts the commit only
@@ -117,7 +117,10 @@ def replan(base: Base, key: str, step: str, recorded: Any, *, reason: str,
     with the planner's own rule (expired, decided, not runnable, not required).
 
     The writer role is not part of a commit on main: a decision is re-derived as by a writer
-    its policy names, and who may claim that role is the trust rules' business."""
+    its policy names, and who may claim that role is the trust rules' business. A spend
+    goes through the same ``void_if_changed`` check as a local one (``state_at``: the
+    reader of main's state at a commit); a consume record without ``consumed_by`` (written
+    by a gitstate from before that field) is planned without it."""
     if not isinstance(recorded, dict):
         raise InvalidInput(f"{key}: not an approval record", rule="approval.invalid")
     policies = dict(base.schema.approvals) if base.schema else {}
@@ -141,8 +144,13 @@ def replan(base: Base, key: str, step: str, recorded: Any, *, reason: str,
                            reason=reason, actor=actor, decided_on=seen,
                            record_commit="decided_on" in recorded)
     if step == "consume":
-        return plan_consume(base, approval_id=key, tool=None, args=None, reason=reason,
-                            actor=actor)
+        plan = plan_consume(base, approval_id=key, tool=None, args=None, reason=reason,
+                            actor=actor, state_at=state_at)
+        if "consumed_by" not in recorded:  # an older writer's record
+            value = {k: v for k, v in plan.change.new.items() if k != "consumed_by"}
+            entry = plan.state.keys[key]
+            plan = _plan(base, key, value, reason, actor, entry.expires_at, "consume")
+        return plan
     if step == "outcome":
         error = recorded.get("error")
         if not isinstance(error, str):
@@ -217,6 +225,12 @@ def plan_consume(base: Base, *, approval_id: str, tool: str | None, args: Any, r
                           decided_on=seen)
     return _plan(base, key, {**value, "status": "consumed", "consumed_by": actor}, reason,
                  actor, entry.expires_at, "consume")
+
+
+def voiding_key(policy: Policy | None, then: State, now: State) -> str | None:
+    """The first key the policy's ``void_if_changed`` names whose value differs between
+    the state a decision was made on and ``now`` (None: the decision still holds)."""
+    return _changed(then, now, policy.void_if_changed) if policy else None
 
 
 def _changed(before: State, after: State, names: tuple[str, ...]) -> str | None:

@@ -15,7 +15,6 @@ means the commits may land. Nothing here writes.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import time
 from dataclasses import dataclass
@@ -24,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 from . import approvals, checks, rules
 from .config import Config
-from .errors import GitStateError, InvalidInput, Refused
+from .errors import GitStateError, InvalidInput
 from .layout import FILE_MODE, REQUIRED, SCHEMA_FILE, STATE_FILE, TREE_FILES
-from .model import EMPTY, State, parse_time
-from .planners import Base
+from .model import EMPTY, State
+from .rederive import committed_state, rederive, same_message, schema_at, trailer_time
 from .replay import ReplayError, apply_change
-from .schema import Schema, parse_schema
+from .schema import Schema
 from .trailers import Change, NotAGitstateCommit, parse_message
 from .trust import Trust, claim_problem
 
@@ -91,7 +90,7 @@ def check_range(store: GitStore, old: str | None, new: str, config: Config | Non
                         "updates (rewritten history) are refused")]
     chain.reverse()
     try:
-        state = _committed_state(store, old) if old else EMPTY
+        state = committed_state(store, old) if old else EMPTY
         previous_time = store.commit_times(old)[1] if old else None
     except GitStateError as exc:
         return [Problem(old or new, exc.rule, exc.message)]
@@ -113,16 +112,6 @@ def check_range(store: GitStore, old: str | None, new: str, config: Config | Non
             problems.append(Problem(commit, exc.rule, exc.message))
             break
     return problems
-
-
-def _committed_state(store: GitStore, commit: str) -> State:
-    data = store.read_file(commit, STATE_FILE)
-    if data is None:
-        return EMPTY
-    try:
-        return State.from_bytes(data)
-    except ValueError as exc:
-        raise _Refusal("state.invalid", f"{STATE_FILE} is not a valid state: {exc}") from exc
 
 
 def time_problem(author_time: int, commit_time: int, previous_time: int | None,
@@ -167,10 +156,8 @@ def _check_commit(store: GitStore, commit: str, parent: str | None, before: Stat
                        "every key at once; only a history's root may be an init")
     try:
         _check_change(change, before, commit_time, config)
-        if _approval_key(change):
-            if parent is None:
-                raise InvalidInput("an approval step in a root commit", rule="approval.reserved")
-            _rederive_approval(store, parent, before, commit_time, change)
+        wanted = rederive(store, commit, parent, before, commit_time, change, ids, config)
+        same_message(wanted, info.message)
         after = apply_change(before, change, commit_time)
     except InvalidInput as exc:
         raise _Refusal(exc.rule, exc.message) from exc
@@ -183,7 +170,7 @@ def _check_commit(store: GitStore, commit: str, parent: str | None, before: Stat
     if hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() != ids[STATE_FILE]:
         raise _Refusal("replay.mismatch", f"{STATE_FILE} differs from what the trailers say "
                        "(the state was changed without an audited operation)")
-    schema = _schema(store, commit) if SCHEMA_FILE in ids else None
+    schema = schema_at(store, commit) if SCHEMA_FILE in ids else None
     checks.whole_state(before, after, datetime.fromtimestamp(commit_time, UTC), config,
                        schema, writer=None)
     return after, commit_time
@@ -225,7 +212,7 @@ def _check_change(change: Change, before: State, commit_time: int, config: Confi
                            rule="reason.not_trimmed")
     rules.check_actor(change.actor)
     if change.clock is not None:
-        _time(change.clock, "Gitstate-Clock")
+        trailer_time(change.clock, "Gitstate-Clock")
     op = change.op
     step = dict(change.extra).get(approvals.TRAILER)
     if op in ("set", "clear"):
@@ -280,42 +267,8 @@ def _parent_schema(store: GitStore, parent: str,
     if blob is None:
         return None
     if blob not in schemas:
-        schemas[blob] = _schema(store, parent)
+        schemas[blob] = schema_at(store, parent)
     return schemas[blob]
-
-
-def _approval_key(change: Change) -> bool:
-    return change.op == "set" and change.key is not None and \
-        approvals.is_approval_key(change.key)
-
-
-def _rederive_approval(store: GitStore, parent: str, before: State, commit_time: int,
-                       change: Change) -> None:
-    """An approval step is accepted only when this machine's planner, at the parent's state
-    and schema and at the commit's time, makes exactly the change the commit records: the
-    key (derived from the parent and the call), the value, the expiry (a request's is its
-    policy's TTL from its own time; a decision or a spend never changes it), the actor and
-    the reason. A step no planner would make here (a decision at or after the expiry, a
-    second decision, a spend of what is not approved) is refused with the planner's rule."""
-    assert change.key is not None
-    step = dict(change.extra).get(approvals.TRAILER, "")
-    schema = _schema(store, parent) if store.read_file(parent, SCHEMA_FILE) is not None \
-        else None
-    base = Base(parent, before, datetime.fromtimestamp(commit_time, UTC), schema)
-    try:
-        plan = approvals.replan(base, change.key, step, change.new, reason=change.reason,
-                                actor=change.actor)
-    except Refused as exc:
-        raise InvalidInput(exc.message, rule=exc.rule) from exc
-    wanted = dataclasses.replace(plan.change, request=change.request, clock=change.clock,
-                                 extra=change.extra)
-    differs = [f for f in ("key", "old", "new", "expires_at", "actor", "reason")
-               if getattr(wanted, f) != getattr(change, f)]
-    if differs:
-        raise InvalidInput(f"{change.key}: the {step} step differs from what gitstate's "
-                           f"planner makes at its parent and time in {', '.join(differs)} "
-                           f"(planned expiry {wanted.expires_at or 'none'}, recorded "
-                           f"{change.expires_at or 'none'})", rule="approval.rederive")
 
 
 def _check_adopt(adopt: dict[str, Any] | None, before: State, commit_time: int,
@@ -352,33 +305,15 @@ def _check_handoff(fields: dict[str, Any], config: Config) -> None:
                            "stores it", rule="handoff.not_normalized")
 
 
-def _time(text: object, what: str) -> datetime:
-    if not isinstance(text, str):
-        raise InvalidInput(f"{what} is not a time", rule="trailer.time")
-    try:
-        return parse_time(text)
-    except ValueError as exc:
-        raise InvalidInput(f"{what} {text[:40]!r} is not an ISO 8601 time",
-                           rule="trailer.time") from exc
-
-
 def _check_expiry(expires: object, commit_time: int) -> None:
     if expires is None:
         return
-    moment = _time(expires, "Gitstate-Expires").timestamp()
+    moment = trailer_time(expires, "Gitstate-Expires").timestamp()
     if moment < commit_time:
         raise InvalidInput("the expiry is before the commit", rule="ttl.range")
     if moment - commit_time > rules.TTL_MAX_HOURS * 3600 + TTL_SLACK_SECONDS:
         raise InvalidInput(f"the expiry is more than {rules.TTL_MAX_HOURS} hours (366 days) "
                            "after the commit", rule="ttl.range")
-
-
-def _schema(store: GitStore, commit: str) -> Schema:
-    text = store.read_file(commit, SCHEMA_FILE) or b""
-    try:
-        return parse_schema(text.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise _Refusal("schema.encoding", "schema.yaml is not UTF-8") from exc
 
 
 def summary(problems: list[Problem], limit: int = 5) -> str:

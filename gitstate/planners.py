@@ -76,8 +76,10 @@ def reserved(key: str) -> None:
                            "approve, deny and consume", rule="approval.reserved", key=key)
 
 
-def plan_set(base: Base, writer: str, *, key: str, value: Value, reason: str,
+def plan_set(base: Base, writer: str | None, *, key: str, value: Value, reason: str,
              ttl: float | None, expected: Expected, actor: str) -> Plan:
+    """``writer`` None: the value's rules only (a commit from elsewhere re-derived, whose
+    role claim is the trust rule's business)."""
     reserved(key)
     schema, now = base.schema, base.now
     stored = schema.check_write(key, value, writer) if schema else value
@@ -94,7 +96,7 @@ def plan_set(base: Base, writer: str, *, key: str, value: Value, reason: str,
                 WriteResult("set", "", key=key, old=old, new=entry), schema=schema)
 
 
-def plan_clear(base: Base, writer: str, *, key: str, reason: str, expected: Expected,
+def plan_clear(base: Base, writer: str | None, *, key: str, reason: str, expected: Expected,
                actor: str) -> Plan:
     reserved(key)
     if base.schema:
@@ -128,7 +130,7 @@ def handoff_reason(checked: rules.HandoffInput) -> str:
     return f"{label}: {summary}" if summary else label
 
 
-def plan_observe(base: Base, writer: str, *, kind: str,
+def plan_observe(base: Base, writer: str | None, *, kind: str,
                  updates: Mapping[str, Value | None], reason: str, actor: str) -> Plan:
     """A runtime observation's key updates as one change (the model never sets a phase)."""
     schema, now = base.schema, base.now

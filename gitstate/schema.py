@@ -32,6 +32,7 @@ from .errors import SchemaError as SchemaError  # re-exported: where callers loo
 from .model import Scalar, State, Value
 
 SCHEMA_FILE = layout.SCHEMA_FILE
+MAX_FLOW_DEPTH = 64
 MAX_SCHEMA_BYTES = layout.SCHEMA_MAX_BYTES
 TYPES = ("string", "integer", "number", "boolean", "enum", "percent", *shapes.STRUCTURED)
 WRITERS = ("agent", "runtime", "human")
@@ -134,13 +135,14 @@ class Schema:
                                f"{writer}", rule="schema.writer", key=key, writer=writer)
         return check_value(spec, key, value)
 
-    def check_clear(self, key: str, writer: str) -> None:
+    def check_clear(self, key: str, writer: str | None) -> None:
+        """``writer`` None: only whether the key may be cleared at all."""
         if key.startswith(APPROVAL_PREFIX):
             return
         spec = self.spec(key)
         if spec is None:
             return
-        if writer not in spec.writers:
+        if writer is not None and writer not in spec.writers:
             raise InvalidInput(f"{key} may be changed only by {'/'.join(spec.writers)}",
                                rule="schema.writer", key=key, writer=writer)
         if not spec.nullable:
@@ -293,6 +295,8 @@ def load_yaml(text: str) -> Any:
     """Parse untrusted schema YAML: no anchors or aliases, bounded size."""
     if len(text.encode("utf-8")) > MAX_SCHEMA_BYTES:
         raise SchemaError(f"schema.yaml is over {MAX_SCHEMA_BYTES} bytes")
+    if _flow_depth(text) > MAX_FLOW_DEPTH:  # ruamel's scanner is quadratic in this depth
+        raise SchemaError(f"schema.yaml nests [ and {{ more than {MAX_FLOW_DEPTH} deep")
     from ruamel.yaml.error import YAMLError
     from ruamel.yaml.events import AliasEvent
 
@@ -304,6 +308,21 @@ def load_yaml(text: str) -> Any:
         return yaml.load(text)
     except YAMLError as exc:
         raise SchemaError(f"schema.yaml is not valid YAML: {exc}") from exc
+    except RecursionError:  # ruamel's parser recurses once per level of nesting
+        raise SchemaError("schema.yaml nests too deep to read") from None
+
+
+def _flow_depth(text: str) -> int:
+    """How deep ``[`` and ``{`` nest, counting them anywhere (in a string too: never less
+    than YAML's own nesting)."""
+    depth = deepest = 0
+    for char in text:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}" and depth:
+            depth -= 1
+    return deepest
 
 
 def dump_yaml(data: Any) -> str:

@@ -14,6 +14,7 @@ git hosting is the distributed engine; gitstate adds the rules:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -22,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from . import foreign, layout
+from . import approvals, foreign, layout
 from .engine import Commit, WriteEngine
 from .errors import GitStateError, Refused, StoreError, UsageError
 from .layout import BRANCH, REMOTE_REF, SCHEMA_FILE, STATE_DIR, STATE_FILE
@@ -33,7 +34,7 @@ from .replay import ReplayError, apply_change
 from .results import SyncResult, SyncStatus
 from .store import ZERO, GitStore
 from .store.transport import limits_for
-from .trailers import NotAGitstateCommit, parse_message
+from .trailers import Change, NotAGitstateCommit, parse_message
 
 T = TypeVar("T")
 
@@ -148,6 +149,7 @@ class Remote:
         state = reader.state_at(remote) if remote else EMPTY
         refused: list[dict[str, Any]] = []
         applied = 0
+        copies: dict[str, str] = {}  # a re-applied local commit -> its copy on the remote's
         for info in mine:
             before = reader.state_at(info.parents[0]) if info.parents else EMPTY
             after = reader.state_at(info.id)
@@ -159,12 +161,13 @@ class Remote:
                 if moved:
                     raise Refused(f"{', '.join(moved)} changed on the remote since",
                                   rule="remote.conflict")
-                new_state = apply_change(state, change, info.time)
+                change, message = self._renamed(change, info.message, copies, base)
+                when = max(info.time, store.commit_times(base)[1]) if base else info.time
+                new_state = apply_change(state, change, when)
                 files: dict[str, bytes | None] = {STATE_FILE: new_state.to_bytes()}
                 if change.op == "schema":
                     files[SCHEMA_FILE] = store.read_file(info.id, SCHEMA_FILE)
-                when = max(info.time, store.commit_times(base)[1]) if base else info.time
-                candidate = store.make_commit(base, files, info.message,
+                candidate = store.make_commit(base, files, message,
                                               info.author.encode(), when, 0, author_time=when)
                 problems = foreign.check_range(store, base, candidate, self.config, own=True)
                 if problems:
@@ -178,6 +181,7 @@ class Remote:
                     "remote": {k: _entry(state, k) for k in touched}})
                 continue
             base = candidate
+            copies[info.id] = candidate
             state = new_state
             applied += 1
         kept = None
@@ -190,6 +194,31 @@ class Remote:
         store.checkout(new_head)
         self.reader.projection.rebuild(store, new_head)
         return applied, refused, kept
+
+    def _renamed(self, change: Change, message: bytes, copies: dict[str, str],
+                 base: str | None) -> tuple[Change, bytes]:
+        """A re-applied commit that names another re-applied one — a revert of it, a
+        decision made on it (``decided_on``) — names its copy, so that the one rule finds
+        it on main's history. A decision whose copy differs from the commit it was made on
+        in a key its policy voids on is refused: the decider never saw that value."""
+        original = change
+        if change.reverts in copies:
+            change = dataclasses.replace(change, reverts=copies[change.reverts])
+        step = dict(change.extra).get(approvals.TRAILER)
+        new = change.new
+        seen = new.get("decided_on") if step in ("approve", "deny") and \
+            isinstance(new, dict) else None
+        if isinstance(seen, str) and seen in copies:
+            schema = self.reader.schema_at(base) if base else None
+            policy = (schema.approvals if schema else {}).get(str(new.get("tool")))
+            key = approvals.voiding_key(policy, self.reader.state_at(seen),
+                                        self.reader.state_at(copies[seen]))
+            if key is not None:
+                raise Refused(f"{key} changed on the remote since the decision was made, and "
+                              "its policy voids a decision when it changes: decide it again",
+                              rule="remote.conflict")
+            change = dataclasses.replace(change, new={**new, "decided_on": copies[seen]})
+        return change, message if change is original else change.message()
 
     # -- remote-first: the engine's committer -------------------------------------------
 

@@ -12,6 +12,7 @@ pre-receive hook; honest work on another clone passes both."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import subprocess
@@ -38,8 +39,11 @@ TRANSPORTS = ["path", "git", "http"]
 SCHEMA = """\
 version: 1
 unknown_keys: allow
+keys:
+  fresh: {type: integer, ttl_hours: 1}
 approvals:
   refund: {writers: [human], ttl_hours: 24}
+  wire: {writers: [human], ttl_hours: 24, void_if_changed: [limit]}
 """
 ARGS = {"order": "O-1", "amount": 120}
 RUN = "refund-O-1"
@@ -154,11 +158,110 @@ def _consume_pending(w: World) -> str:
                                       expires, actor="runtime"), when=w.at(2))
 
 
+def _set(w: World, key: str = "other", new: object = 2, **fields: Any) -> Change:
+    entry = Forge(w.bare).state().keys.get(key)
+    return Change(op="set", reason="bump other", actor="runtime", key=key,
+                  old=entry.value if entry else None, new=new, **fields)
+
+
+def _set_changing_schema(w: World) -> str:
+    """A plain set whose tree also carries a new schema.yaml (the key's bound removed)."""
+    loose = SCHEMA.replace("ttl_hours: 1}", "ttl_hours: 1, max: 9}")
+    return Forge(w.bare).commit(_set(w), extra={b"schema.yaml": (0o100644, loose.encode())},
+                                when=w.at(2))
+
+
+def _schema_commit(w: World, text: str, version: int) -> str:
+    change = Change(op="schema", reason="schema", actor="runtime", schema_version=version)
+    forge = Forge(w.bare)
+    return forge.commit(change, state=forge.state(), when=w.at(2),
+                        extra={b"schema.yaml": (0o100644, text.encode())})
+
+
+def _message(w: World, edit: Any) -> str:
+    """An honest set's message, edited as bytes."""
+    change = _set(w)
+    return Forge(w.bare).commit(change, message=edit(change.message()), when=w.at(2))
+
+
+def _decided_on(w: World, pick: Any) -> str:
+    _key, value, expires = _record(w)
+    return Forge(w.bare).commit(_step(w, "approve", {**value, "status": "approved",
+                                                     "decided_by": "operator",
+                                                     "decided_on": pick(w)}, expires),
+                                when=w.at(2))
+
+
+def _consume_void(w: World) -> str:
+    """An approval of wire, whose policy voids it when limit changes: limit changes after
+    the decision; the consume the planner makes, minus that check."""
+    w.a.set("limit", 500, "the limit")
+    approval = w.a.request_approval("wire", {"to": "x"}, "wire it")
+    w.clock.advance(minutes=1)
+    with w.human() as human:
+        human.approve(approval, "ok")
+    w.clock.advance(minutes=1)
+    w.a.set("limit", 50, "tighter")
+    w.a.push()
+    key = approvals.PREFIX + approval
+    entry = Forge(w.bare).state().keys[key]
+    assert isinstance(entry.value, dict)
+    change = Change(op="set", reason="spend", actor="runtime", key=key, old=entry.value,
+                    new={**entry.value, "status": "consumed", "consumed_by": "runtime"},
+                    expires_at=entry.expires_at, extra=(("Approval", "consume"),))
+    return Forge(w.bare).commit(change, when=Forge(w.bare).time() + 60)
+
+
+def _root(w: World) -> str:
+    return git(w.bare, "rev-list", "--max-parents=0", "main").stdout.strip()
+
+
+VERSION_TWO = SCHEMA.replace("version: 1", "version: 2")
 MAIN_ATTACKS = {
     "approve-after-expiry": (_approve_after_expiry, "approval.expired"),
     "approve-extends-expiry": (_approve_extending, "approval.rederive"),
     "request-without-ttl": (_request_without_ttl, "approval.rederive"),
     "consume-pending": (_consume_pending, "approval.not_runnable"),
+    # schema.yaml changes only by a schema commit, re-derived by the schema planner
+    "set-changes-schema": (_set_changing_schema, "schema.unaudited"),
+    "schema-version-not-grown": (lambda w: _schema_commit(w, SCHEMA, 1), "schema.version"),
+    "schema-version-trailer-lies": (lambda w: _schema_commit(w, VERSION_TWO, 7),
+                                    "commit.rederive"),
+    "schema-secret-comment": (lambda w: _schema_commit(
+        w, VERSION_TWO + "# ghp_0123456789abcdefABCDEF0123456789abcd\n", 2),
+        "secret.github_token"),
+    "schema-nested-deep": (lambda w: _schema_commit(w, "[" * 20000 + "]" * 20000, 2),
+                           "schema.invalid"),
+    # the message is the one gitstate writes for the change, byte for byte
+    "old-lies": (lambda w: Forge(w.bare).commit(
+        dataclasses.replace(_set(w), old=999), when=w.at(2)), "trailer.old"),
+    "unknown-trailer": (lambda w: Forge(w.bare).commit(
+        _set(w, extra=(("Writer", "human"),)), when=w.at(2)), "trailer.unexpected"),
+    "observation-on-set": (lambda w: Forge(w.bare).commit(
+        _set(w, observation="forged"), when=w.at(2)), "trailer.unexpected"),
+    "schema-version-on-set": (lambda w: Forge(w.bare).commit(
+        _set(w, schema_version=99), when=w.at(2)), "trailer.unexpected"),
+    "reverts-nothing": (lambda w: Forge(w.bare).commit(
+        _set(w, reverts="0" * 40), when=w.at(2)), "trailer.reverts"),
+    "clock-ahead": (lambda w: Forge(w.bare).commit(
+        _set(w, clock="8999-01-01T00:00:00Z"), when=w.at(2)), "trailer.clock"),
+    "request-not-a-fingerprint": (lambda w: Forge(w.bare).commit(
+        _set(w, request={"id": "\u202eevil", "x": "y" * 5000}), when=w.at(2)),
+        "trailer.request"),
+    "version-99": (lambda w: _message(w, lambda m: m.replace(b"Version: 1", b"Version: 99")),
+                   "commit.rederive"),
+    "trailers-reordered": (lambda w: _message(w, lambda m: m.replace(
+        b"Gitstate-Op: set\nGitstate-Key: other\n", b"Gitstate-Key: other\nGitstate-Op: set\n")),
+        "commit.rederive"),
+    # a set's expiry is the planner's: the recorded TTL, else the schema's default
+    "default-ttl-dropped": (lambda w: Forge(w.bare).commit(_set(w, "fresh", 6), when=w.at(2)),
+                            "ttl.rederive"),
+    # a spend goes through the policy's void_if_changed, as a local one does
+    "consume-void": (_consume_void, "approval.void"),
+    # decided_on is the decision's parent (or, re-applied, a commit since the request)
+    "decided-on-nothing": (lambda w: _decided_on(w, lambda _w: "f" * 40),
+                           "approval.decided_on"),
+    "decided-on-root": (lambda w: _decided_on(w, _root), "approval.decided_on"),
 }
 
 
@@ -188,6 +291,86 @@ def test_the_hook_refuses_a_forged_approval_step(world: World, attack: str) -> N
                          timeout=60, check=False)
     assert out.returncode != 0 and f"[{rule}]" in out.stderr, out.stderr
     assert git(server, "rev-parse", "main").stdout.strip() != forged
+
+
+def test_a_schema_nested_too_deep_is_refused_locally_too(world: World) -> None:
+    """The parser every schema.yaml goes through refuses deep flow nesting by its rule,
+    before ruamel (which recurses, and scans such text in quadratic time)."""
+    started = time.monotonic()
+    for text in ("[" * 20000 + "]" * 20000, "version: 2\nkeys: " + "{a: " * 12000 + "1"
+                 + "}" * 12000):
+        with pytest.raises(GitStateError) as err:
+            world.a.set_schema(text, "deep")
+        assert err.value.rule == "schema.invalid", err.value.message
+    assert time.monotonic() - started < 5
+
+
+def _decide_honestly(w: World, seen: str, *, consumed_by: bool) -> tuple[str, str]:
+    """A decision and its spend as gitstate writes them, the spend without ``consumed_by``
+    when ``consumed_by`` is false (a gitstate from before that field)."""
+    key, value, expires = _record(w)
+    approved = {**value, "status": "approved", "decided_by": "operator", "decided_on": seen}
+    forge = Forge(w.bare)
+    decided = forge.commit(_step(w, "approve", approved, expires), when=w.at(2))
+    spent = {**approved, "status": "consumed"} | ({"consumed_by": "runtime"} if consumed_by
+                                                  else {})
+    consumed = forge.commit(Change(op="set", reason="spend", actor="runtime", key=key,
+                                   old=approved, new=spent, expires_at=expires,
+                                   extra=(("Approval", "consume"),)), when=w.at(3))
+    return decided, consumed
+
+
+def test_an_older_writers_spend_without_consumed_by_passes_pull_and_the_hook(
+        world: World) -> None:
+    server = world.guarded()
+    _decided, consumed = _decide_honestly(world, _main(world), consumed_by=False)
+    with StateRepo(world.b) as repo:
+        repo.pull()
+        assert repo.state().keys[approvals.PREFIX + world.approval].value["status"] == \
+            "consumed"
+    out = subprocess.run([GIT or "git", "-C", str(world.bare), "push", str(server),
+                          f"{consumed}:refs/heads/main"], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+
+
+def test_a_decision_made_on_an_unpushed_commit_is_re_applied_naming_its_copy(
+        world: World) -> None:
+    """The human decides on A's unpushed commit while B moved the remote: push re-applies
+    both, the decision naming the copy of the commit it was made on, and the guarded remote
+    and B take it; a decision whose policy's key the remote changed meanwhile is refused."""
+    server = world.guarded()
+    world.a.store.set_remote_url(str(server))
+    with StateRepo(world.b, clock=world.clock) as b:
+        b.store.set_remote_url(str(server))
+        b.set("elsewhere", 1, "B moves the remote")
+        b.push()
+    world.clock.advance(minutes=5)
+    world.a.set("mine", 1, "an unpushed commit")
+    made_on = world.a.store.head()
+    with world.human() as human:
+        human.approve(world.approval, "ok")
+    pushed = world.a.push()
+    assert pushed.rebased == 2 and not pushed.refused, pushed
+    value = world.a.state().keys[approvals.PREFIX + world.approval].value
+    assert value["decided_on"] != made_on
+    assert value["decided_on"] == world.a.store.parents(world.a.store.head())[0]
+    with StateRepo(world.b) as b:
+        b.pull()
+        assert b.state().keys[approvals.PREFIX + world.approval].value["status"] == "approved"
+    wire = world.a.request_approval("wire", {"to": "x"}, "wire it")
+    world.a.push()
+    with StateRepo(world.b, clock=world.clock) as b:
+        b.pull()
+        b.set("limit", 50, "B tightens the limit the wire policy binds")
+        b.push()
+    world.clock.advance(minutes=5)
+    world.a.set("mine", 2, "another unpushed commit")
+    with world.human() as human:
+        human.approve(wire, "ok, as the limit stood here")
+    pushed = world.a.push()
+    assert [r["rule"] for r in pushed.refused] == ["remote.conflict"], pushed.refused
+    assert "limit changed on the remote" in pushed.refused[0]["message"]
 
 
 # -- run ledgers ------------------------------------------------------------------------------
