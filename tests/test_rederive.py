@@ -197,6 +197,7 @@ def _consume_void(w: World) -> str:
     the decision; the consume the planner makes, minus that check."""
     w.a.set("limit", 500, "the limit")
     approval = w.a.request_approval("wire", {"to": "x"}, "wire it")
+    w.a.push()  # a decision is linearized through the remote
     w.clock.advance(minutes=1)
     with w.human() as human:
         human.approve(approval, "ok")
@@ -336,9 +337,10 @@ def test_an_older_writers_spend_without_consumed_by_passes_pull_and_the_hook(
 
 def test_a_decision_made_on_an_unpushed_commit_is_re_applied_naming_its_copy(
         world: World) -> None:
-    """The human decides on A's unpushed commit while B moved the remote: push re-applies
-    both, the decision naming the copy of the commit it was made on, and the guarded remote
-    and B take it; a decision whose policy's key the remote changed meanwhile is refused."""
+    """The human decides on A's unpushed commit (A had no remote then, so the decision was
+    not linearized through one) while B moved the remote: push re-applies both, the decision
+    naming the copy of the commit it was made on, and the guarded remote and B take it; a
+    decision whose policy's key the remote changed meanwhile is refused."""
     server = world.guarded()
     world.a.store.set_remote_url(str(server))
     with StateRepo(world.b, clock=world.clock) as b:
@@ -348,8 +350,10 @@ def test_a_decision_made_on_an_unpushed_commit_is_re_applied_naming_its_copy(
     world.clock.advance(minutes=5)
     world.a.set("mine", 1, "an unpushed commit")
     made_on = world.a.store.head()
+    world.a.store.set_remote_url(None)
     with world.human() as human:
         human.approve(world.approval, "ok")
+    world.a.store.set_remote_url(str(server))
     pushed = world.a.push()
     assert pushed.rebased == 2 and not pushed.refused, pushed
     value = world.a.state().keys[approvals.PREFIX + world.approval].value
@@ -366,8 +370,10 @@ def test_a_decision_made_on_an_unpushed_commit_is_re_applied_naming_its_copy(
         b.push()
     world.clock.advance(minutes=5)
     world.a.set("mine", 2, "another unpushed commit")
+    world.a.store.set_remote_url(None)
     with world.human() as human:
         human.approve(wire, "ok, as the limit stood here")
+    world.a.store.set_remote_url(str(server))
     pushed = world.a.push()
     assert [r["rule"] for r in pushed.refused] == ["remote.conflict"], pushed.refused
     assert "limit changed on the remote" in pushed.refused[0]["message"]
