@@ -143,6 +143,15 @@ WRITTEN_FILES: dict[str, str] = {
     _GIT + EXCLUDE_FILE: "replace",
 }
 
+# The directories those files are in, relative to the agent directory: none may be a
+# symlink (a planted ``state/.git/objects`` -> elsewhere would carry every write there);
+# StateRepo refuses to open a repository where one is (safefile.real_dirs), since the
+# writes themselves open only a file's own directory without following a link.
+WRITTEN_DIRS: tuple[str, ...] = (
+    STATE_DIR, _GIT[:-1], _GIT + "objects", _GIT + "objects/pack", _GIT + "refs",
+    _GIT + "refs/heads", _GIT + "refs/heads/runs", _GIT + "refs/gitstate", _GIT + "hooks",
+    _GIT + "info", _GIT + RUN_CACHE_DIR)
+
 
 def format_stamp(commit: str, state_blob: str, schema_blob: str | None) -> bytes:
     """``<commit> <state blob> <schema blob or ->``: written after each checkout."""

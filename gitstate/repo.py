@@ -18,12 +18,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import locking, maintenance, planners, requests, rules, runformat, trust
+from . import locking, maintenance, planners, requests, rules, runformat, safefile, trust
 from .approval_api import ApprovalMethods
 from .config import LOCALES, Config, load_config, resolve_tz
 from .engine import WriteEngine, identity, tz_offset
 from .errors import InvalidInput, NotInitialized, Refused, StoreError, UsageError
-from .layout import STATE_DIR, STATE_FILE, stray_files
+from .layout import STATE_DIR, STATE_FILE, WRITTEN_DIRS, stray_files
 from .maintree import MainTree
 from .model import EMPTY, State, Value, format_time
 from .planners import UNSET, Base, Expected, Observation, Plan
@@ -73,10 +73,9 @@ class StateRepo(ApprovalMethods, RunMethods):
         self.agent_dir = Path(agent_dir)
         self.state_dir = self.agent_dir / STATE_DIR
         if not (self.state_dir / ".git").is_dir():
-            raise NotInitialized(
-                f"{self.agent_dir} has no gitstate repository (no {self.state_dir}/.git); "
-                "run `gitstate init` first"
-            )
+            raise NotInitialized(f"{self.agent_dir} has no gitstate repository (no "
+                                 f"{self.state_dir}/.git); run `gitstate init` first")
+        safefile.real_dirs(self.agent_dir, WRITTEN_DIRS)  # no directory of ours is a link
         self.config = config if config is not None else load_config(self.agent_dir)
         self.actor = rules.check_actor(actor or writer)
         self.store = GitStore(self.state_dir)

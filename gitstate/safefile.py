@@ -392,3 +392,21 @@ def _published(out: str) -> bool:
         raise OutputRefused(f"{out} holds {what} gitstate did not write there: give a new "
                             "or empty directory", "report.out_not_ours")
     return True
+
+
+def real_dirs(root: str | os.PathLike[str], names: tuple[str, ...]) -> None:
+    """Refuse (a StoreError, ``store.not_regular``) when any of ``names`` (relative to
+    ``root``) that exists is a symlink or no directory: the writes open a file's own
+    directory without following a link, so the directories above it must be real ones."""
+    from .errors import StoreError
+
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(info.st_mode):
+            what = "a symlink" if stat.S_ISLNK(info.st_mode) else "not a directory"
+            raise StoreError(f"{path} is {what}: gitstate writes only into real directories; "
+                             "remove it", rule=RULE)

@@ -235,3 +235,27 @@ def test_a_planted_file_is_never_written_through(tmp_path: Path, entry: str,
     info = os.lstat(path)
     assert stat.S_ISREG(info.st_mode) and info.st_nlink == 1, (entry, kind, info)
     assert info.st_ino != after.st_ino
+
+
+@pytest.mark.parametrize("name", layout.WRITTEN_DIRS[1:])
+def test_a_planted_directory_link_is_refused_before_any_write(tmp_path: Path,
+                                                              name: str) -> None:
+    """Each directory those files live in (``layout.WRITTEN_DIRS``) swapped for a symlink to
+    a copy outside: the repository is not opened (store.not_regular), nothing is written
+    through the link."""
+    import shutil
+
+    agent = tmp_path / "agent"
+    with StateRepo.init(agent) as repo:
+        repo.runs.start(RUN, description="d", criteria=["c"], reason="r")
+    real = agent / name
+    real.mkdir(parents=True, exist_ok=True)  # one that appears only later (refs/gitstate)
+    outside = tmp_path / "outside"
+    shutil.copytree(real, outside, symlinks=True)
+    shutil.rmtree(real)
+    real.symlink_to(outside)
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in outside.rglob("*"))
+    with pytest.raises(GitStateError) as err:
+        _set(agent)
+    assert err.value.rule == "store.not_regular" and name in err.value.message
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in outside.rglob("*")) == before
