@@ -379,6 +379,39 @@ def test_a_decision_made_on_an_unpushed_commit_is_re_applied_naming_its_copy(
     assert "limit changed on the remote" in pushed.refused[0]["message"]
 
 
+def test_honest_reverts_promotions_and_observations_rederive(world: World) -> None:
+    """Each op through its own planner on the receiving side: a revert (of a set and of a
+    clear), a run's finding promoted to a key, and an observation pass the hook and pull."""
+    server = world.guarded()
+    world.a.store.set_remote_url(str(server))
+    world.a.set_schema(SCHEMA.replace("version: 1", "version: 2")
+                       + "runs:\n  promotable:\n    \"refund.*\": [runtime]\n", "promotable")
+    world.clock.advance(minutes=1)
+    world.a.set("k", 1, "one")
+    changed = world.a.set("k", {"to": "two"}, "two", ttl_hours=3).commit
+    world.a.revert(changed, "back to one")
+    gone = world.a.clear("k", "not needed").commit
+    world.a.revert(gone, "wanted after all")
+    world.a.runs.start("find-limit", description="find the limit", criteria=["found"],
+                       risk="low", reason="start")
+    world.a.runs.event("find-limit", {"type": "question_opened", "question": "which limit?"},
+                       "asked")
+    world.a.runs.event("find-limit", {"type": "question_answered", "question": "which limit?",
+                                      "evidence_ref": "doc:7"}, "answered")
+    world.a.promote("find-limit", "refund.limit", 50, "the limit found",
+                    evidence="doc:7")
+    world.a.register_observation("price", lambda state, payload: {"price": payload["last"],
+                                                                   "k": None})
+    world.a.apply_observation("price", {"last": 262}, request_id="obs-1")
+    pushed = world.a.push()
+    assert pushed.pushed and not pushed.refused, pushed
+    with StateRepo(world.b) as repo:
+        repo.store.set_remote_url(str(server))
+        repo.pull()
+        assert repo.state().keys["refund.limit"].value == 50
+        assert repo.state().keys["price"].value == 262
+
+
 # -- run ledgers ------------------------------------------------------------------------------
 
 def _run_commit(w: World, event: dict[str, Any], *, when: int, writer: str = "runtime",
