@@ -145,9 +145,9 @@ class ApprovalMethods:
                                   f"{approval_id}")
         request = requests.fingerprint(request_id, "approval.consume", approval_id, tool,
                                        args)
-        return self.engine.write(lambda base: approvals.plan_consume(
+        return self._linearized(lambda base: approvals.plan_consume(
             base, approval_id=approval_id, tool=tool, args=args, reason=text, actor=who,
-            state_at=self.reader.state_at), request)
+            state_at=self.reader.state_at), request, tool)
 
     @contextlib.contextmanager
     def spend_approval(self, approval_id: str, tool: str, args: Any, *,

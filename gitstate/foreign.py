@@ -239,25 +239,35 @@ def _check_change(change: Change, before: State, commit_time: int, config: Confi
 
 def _check_claim(store: GitStore, commit: str, parent: str | None, trust: Trust,
                  schemas: dict[str, Schema | None]) -> None:
-    """A decision, or a write of a key the agent may not write, claims a role: it counts
-    only when its signer may act as that role (gitstate/trust.py)."""
+    """A commit that only some roles may make claims one of them, and counts only when its
+    signer (or pusher) may act as it (gitstate/trust.py): an approval's decision (the roles
+    its policy names), a schema change (the runtime's or a human's: the agent never changes
+    the schema), and any change of a key whose writers leave out the agent — by a set, a
+    clear, a revert, an adopted hand edit or an observation alike."""
     change = parse_message(store.commit_info(commit).message)
-    if parent is None or change.key is None or change.op not in ("set", "clear"):
+    if parent is None:
         return
     schema = _parent_schema(store, parent, schemas)
+    claims: list[tuple[str, ...]] = []
     step = dict(change.extra).get(approvals.TRAILER)
-    roles: tuple[str, ...] = ()
-    if step in ("approve", "deny"):
-        policy = (schema.approvals if schema else {}).get(
-            str((change.new or {}).get("tool")) if isinstance(change.new, dict) else "")
-        roles = policy.writers if policy else ("human",)
-    elif schema is not None and not approvals.is_approval_key(change.key):
-        spec = schema.spec(change.key)
-        if spec is not None and "agent" not in spec.writers:
-            roles = tuple(spec.writers)
-    problem = claim_problem(store, commit, roles, trust) if roles else None
-    if problem is not None:
-        raise _Refusal(*problem)
+    if change.op == "schema":
+        claims.append(("runtime", "human"))
+    elif step in ("approve", "deny"):
+        tool = change.new.get("tool") if isinstance(change.new, dict) else None
+        policy = (schema.approvals if schema else {}).get(str(tool))
+        claims.append(policy.writers if policy else ("human",))
+    else:
+        keys = [change.key] if change.op in ("set", "clear") and change.key else \
+            [str(k) for k in ((change.adopt or {}).get("keys") or {})] \
+            if change.op in ("adopt", "observe") else []
+        for key in keys:
+            spec = schema.spec(key) if schema and not approvals.is_approval_key(key) else None
+            if spec is not None and "agent" not in spec.writers:
+                claims.append(tuple(spec.writers))
+    for roles in dict.fromkeys(claims):  # each distinct claim once
+        problem = claim_problem(store, commit, roles, trust)
+        if problem is not None:
+            raise _Refusal(*problem)
 
 
 def _parent_schema(store: GitStore, parent: str,

@@ -150,7 +150,7 @@ WRITTEN_FILES: dict[str, str] = {
 WRITTEN_DIRS: tuple[str, ...] = (
     STATE_DIR, _GIT[:-1], _GIT + "objects", _GIT + "objects/pack", _GIT + "refs",
     _GIT + "refs/heads", _GIT + "refs/heads/runs", _GIT + "refs/gitstate", _GIT + "hooks",
-    _GIT + "info", _GIT + RUN_CACHE_DIR)
+    _GIT + "info")  # the run cache checks its own folder (a link there is skipped)
 
 
 def format_stamp(commit: str, state_blob: str, schema_blob: str | None) -> bytes:

@@ -93,7 +93,7 @@ def build_app(agent_dir: str | Path, host: str, port: int, token: str | None,
               allow_hosts: tuple[str, ...] = (), allow_origins: tuple[str, ...] = (),
               token_env: str = TOKEN_ENV, limits: Limits = Limits()) -> App:
     """The ASGI app serving ``/mcp`` for ``agent_dir``."""
-    from . import mcp_sdk
+    from . import mcp_events, mcp_sdk
     from .httpguard import require_token_off_loopback
     from .mcp_server import build_server
 
@@ -102,7 +102,10 @@ def build_app(agent_dir: str | Path, host: str, port: int, token: str | None,
                   token_hint=f"the one the server was started with (${token_env} or its "
                   "--token-file)")
     # the Host and Origin checks are httpguard's (security_settings=None leaves the SDK's off)
+    # event ids, a priming event with `retry` and Last-Event-ID replay (mcp_events)
     manager = mcp_sdk.session_manager(build_server(agent_dir), security_settings=None,
+                                      event_store=mcp_events.event_store(),
+                                      retry_interval=mcp_events.RETRY_MS,
                                       max_request_body_size=MAX_BODY_BYTES,
                                       max_sessions=limits.max_sessions,
                                       session_idle_timeout=limits.session_idle)

@@ -121,6 +121,12 @@ def claim_problem(store: GitStore, commit: str, roles: Collection[str],
                 "only a signature can prove across machines: configure [trust] "
                 "allowed_signers (docs/remote.md, \"Who may claim a role across machines\"), or "
                 "[trust] trust_remote = true for a remote whose hook authenticates pushers")
+    if not os.path.isfile(trust.allowed_signers):  # missing, a directory, a FIFO
+        from .errors import ConfigError
+
+        raise ConfigError(f"the allowed signers file {trust.allowed_signers} is not a "
+                          "readable file: fix [trust] allowed_signers (or the server's "
+                          "gitstate.allowedSigners)", rule="trust.allowed_signers")
     principal = sshsig.signer_of(store.raw_commit(commit), trust.allowed_signers)
     if principal is None:
         return ("trust.unsigned", f"the commit claims the {claimed} role but carries no "

@@ -660,8 +660,8 @@ def test_honest_decisions_and_their_run_event_pass_pull_and_the_hook(world: Worl
     pushed = world.a.push()
     assert pushed.runs["pushed"] == [RUN], pushed.runs
     world.clock.advance(minutes=1)
-    world.a.consume_approval(world.approval, "refund", ARGS)
-    assert world.a.push().pushed
+    world.a.consume_approval(world.approval, "refund", ARGS)  # linearized: pushed at once
+    assert git(server, "rev-parse", "main").stdout.strip() == world.a.head()
     with StateRepo(world.b) as repo:
         repo.store.set_remote_url(str(server))
         pulled = repo.pull()

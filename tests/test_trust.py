@@ -225,3 +225,78 @@ def test_the_hook_maps_the_pusher_gitolite_names(pair: Pair, user: str, ok: bool
     assert (out.returncode == 0) is ok, out.stderr
     if not ok:
         assert "[trust.pusher_role]" in out.stderr, out.stderr
+
+
+# -- every way a claim can arrive ------------------------------------------------------------
+
+def _pushed(pair: Pair, act: object) -> GitStateError | None:
+    act(pair)  # type: ignore[operator]
+    pair.a.push()
+    return pair.b_pulls()
+
+
+def _adopt_limit(pair: Pair) -> None:
+    import json
+
+    path = pair.a.state_dir / "working_state.json"
+    data = json.loads(path.read_text())
+    data["keys"]["limit.daily"] = {"value": 999, "set_at": "2026-08-13T01:00:00Z",
+                                   "reason": "hand edit", "actor": "alice",
+                                   "expires_at": None}
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    with pair.human(None) as human:
+        human.adopt("a hand edit of the daily limit")
+
+
+def _observe_limit(pair: Pair) -> None:
+    with pair.human(None) as human:
+        human.register_observation("sale", lambda state, payload: {"limit.daily": 999})
+        human.apply_observation("sale", {"why": "the sale"})
+
+
+def _unsigned_schema(pair: Pair) -> None:
+    with StateRepo(pair.a.agent_dir) as unsigned:  # no signing key this time
+        unsigned.set_schema(SCHEMA.replace("writers: [human]}", "writers: [agent, human]}", 1)
+                            .replace("version: 1", "version: 2"), "let the agent set it")
+
+
+@pytest.mark.parametrize("act", [_adopt_limit, _observe_limit, _unsigned_schema],
+                         ids=["adopt", "observe", "schema"])
+def test_a_claim_by_any_op_needs_its_signature(pair: Pair, act: object) -> None:
+    """A human-only key changed by an adopted hand edit or an observation, and a schema
+    change (the runtime's or a human's, never the agent's), all unsigned: refused by pull
+    and by the hook."""
+    err = _pushed(pair, act)
+    assert err is not None and _rule_of(err) == "trust.unsigned", err
+    refused = pair.push_to_guarded()
+    assert refused.returncode != 0 and "[trust.unsigned]" in refused.stderr, refused.stderr
+
+
+def test_a_schema_change_signed_by_the_runtime_is_taken(pair: Pair) -> None:
+    with StateRepo(pair.a.agent_dir, signing_key=pair.keys.keys["runtime:a"]) as runtime:
+        runtime.set_schema(SCHEMA.replace("version: 1", "version: 2"), "same, version 2")
+    pair.a.push()
+    assert pair.b_pulls() is None
+    assert pair.push_to_guarded().returncode == 0
+
+
+def test_an_unreadable_allowed_signers_file_is_named(pair: Pair) -> None:
+    _decide(pair, "human:alice")
+    (pair.b / "config.toml").write_text(
+        f'[trust]\nallowed_signers = "{pair.tmp / "missing"}"\n', encoding="utf-8")
+    err = pair.b_pulls()
+    assert err is not None and _rule_of(err) == "trust.allowed_signers", err
+
+
+def test_consume_approval_is_linearized_too(pair: Pair) -> None:
+    """The low-level consume of two clones: the second one fetches the first's spend and is
+    refused before it returns, local-first or not."""
+    _decide(pair, "human:alice")
+    with StateRepo(pair.b) as b:
+        b.pull()
+        b.consume_approval(pair.approval, "refund", ARGS)
+    from gitstate.errors import Refused
+
+    with pytest.raises(Refused) as exc:
+        pair.a.consume_approval(pair.approval, "refund", ARGS)
+    assert exc.value.rule == "approval.not_runnable"

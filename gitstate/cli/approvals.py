@@ -102,11 +102,11 @@ def spend(obj: Ctx, approval_id: str, tool: str, args_json: str, run_id: str | N
     """Spend APPROVAL_ID, then run COMMAND with the approved call: the one way a shell
     gateway runs a tool that needs an approval.
 
-    The command starts only after the consume commit is written (the compare-and-swap; in
-    remote-first mode, the push). A second spend, by this or any other process or clone,
-    is refused before its command starts (approval.not_runnable, naming the winner's
-    commit); a local-first agent with a remote is refused (approval.offline) unless the
-    policy says `offline_spend: true`. COMMAND gets the call in its environment:
+    The command starts only after the consume commit is written (the compare-and-swap; with
+    a remote, whatever the sync mode, the push). A second spend, by this or any other
+    process or clone, is refused before its command starts (approval.not_runnable, naming
+    the winner's commit); a remote that cannot be reached refuses it (approval.offline)
+    unless the policy says `offline_spend: true`. COMMAND gets the call in its environment:
     GITSTATE_APPROVAL_ID, GITSTATE_TOOL, GITSTATE_ARGS_JSON (canonical JSON) and
     GITSTATE_SPEND_COMMIT. If it exits non-zero, the failure is recorded (the run's ledger
     with --run, else the approval's outcome on main), the approval stays consumed, and
