@@ -149,8 +149,12 @@ WRITTEN_FILES: dict[str, str] = {
 # writes themselves open only a file's own directory without following a link.
 WRITTEN_DIRS: tuple[str, ...] = (
     STATE_DIR, _GIT[:-1], _GIT + "objects", _GIT + "objects/pack", _GIT + "refs",
-    _GIT + "refs/heads", _GIT + "refs/heads/runs", _GIT + "refs/gitstate", _GIT + "hooks",
-    _GIT + "info")  # the run cache checks its own folder (a link there is skipped)
+    _GIT + "refs/heads", _GIT + "refs/heads/runs", _GIT + "refs/remotes",
+    _GIT + "refs/remotes/origin", _GIT + "refs/remotes/origin/runs", _GIT + "refs/gitstate",
+    _GIT + "refs/gitstate/unpushed", _GIT + "refs/gitstate/pulled-refusals",
+    _GIT + "refs/gitstate/threads", _GIT + "hooks", _GIT + "info")
+# (the run cache checks its own folder: a link there is skipped; a ref's directories below
+# these are checked by every ref write, store/commits.py)
 
 
 def format_stamp(commit: str, state_blob: str, schema_blob: str | None) -> bytes:

@@ -259,3 +259,25 @@ def test_a_planted_directory_link_is_refused_before_any_write(tmp_path: Path,
         _set(agent)
     assert err.value.rule == "store.not_regular" and name in err.value.message
     assert sorted((p.name, p.stat().st_mtime_ns) for p in outside.rglob("*")) == before
+
+
+def test_a_link_between_git_and_a_ref_carries_no_ref_write_away(tmp_path: Path) -> None:
+    """A symlinked directory on a ref's path that only appears later (a thread's folder
+    under refs/gitstate/threads) is refused by the ref write itself (store.not_regular),
+    and the copy outside is untouched."""
+    from gitstate.langgraph import GitCheckpointSaver
+
+    agent = tmp_path / "agent"
+    StateRepo.init(agent).close()
+    outside = tmp_path / "outside"
+    (outside / "checkpoints").parent.mkdir(parents=True)
+    threads = agent / "state" / ".git" / "refs" / "gitstate" / "threads"
+    threads.mkdir(parents=True, exist_ok=True)
+    (threads / "t-1").symlink_to(outside)
+    with GitCheckpointSaver(agent) as saver, pytest.raises(GitStateError) as err:
+        saver.put({"configurable": {"thread_id": "t-1", "checkpoint_ns": ""}},
+                  {"v": 1, "id": "1ef", "ts": "2026-08-13T01:00:00+00:00",  # type: ignore[arg-type]
+                   "channel_values": {}, "channel_versions": {}, "versions_seen": {}},
+                  {"source": "loop", "step": 1}, {})
+    assert err.value.rule == "store.not_regular", err.value
+    assert list(outside.iterdir()) == []

@@ -182,6 +182,12 @@ class CommitOps(RepoBase):
         path = f"{self.git_path}/{name}"
         created: set[str] = set()
         lock = path + ".lock"
+        # no directory between .git and the ref is a link (a planted refs/remotes -> away
+        # would carry the write there): the lock below is opened without following only
+        # its own last component
+        parts = name.split("/")[:-1]
+        safefile.real_dirs(self.git_path, tuple("/".join(parts[:i + 1])
+                                                for i in range(len(parts))))
         for _ in range(8):
             try:
                 fd = safefile.create_new(lock)
