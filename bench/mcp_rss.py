@@ -17,14 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mcp_sessions import rss_mib
+
 from gitstate.repo import StateRepo
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise SystemExit("no VmRSS")
 
 
 def main() -> None:

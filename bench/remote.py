@@ -39,25 +39,32 @@ def wait_for_port(port: int, what: str, seconds: float) -> None:
         time.sleep(0.05)
 
 
+def git_daemon(root: Path) -> tuple[int, subprocess.Popen[bytes]]:
+    """A bare repository ``root/srv/r.git`` served by ``git daemon`` on a free loopback port
+    (receive-pack on), waited for; stop it with ``os.killpg(proc.pid, SIGKILL)``. Its own
+    session and no inherited pipes: git daemon forks a child per connection, and a lingering
+    child must neither keep a caller's pipe open nor survive the benchmark."""
+    port = free_port()
+    (root / "srv").mkdir()
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(root / "srv" / "r.git")],
+                   check=True)
+    daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all",
+                               "--enable=receive-pack", f"--base-path={root / 'srv'}",
+                               "--listen=127.0.0.1", f"--port={port}", str(root / "srv")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    wait_for_port(port, "git daemon", 10)
+    return port, daemon
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     rounds, agents = (5, 5) if args.quick else (100, 100)
     root = Path(tempfile.mkdtemp(prefix="gitstate-remote-bench-"))
-    port = free_port()
-    (root / "srv").mkdir()
-    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(root / "srv" / "r.git")],
-                   check=True)
-    # its own session and no inherited pipes: git daemon forks a child per connection, and a
-    # lingering child must neither keep a caller's pipe open nor survive the benchmark
-    daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all",
-                               "--enable=receive-pack", f"--base-path={root / 'srv'}",
-                               "--listen=127.0.0.1", f"--port={port}", str(root / "srv")],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+    port, daemon = git_daemon(root)
     try:
-        wait_for_port(port, "git daemon", 10)
         url = f"git://127.0.0.1:{port}/r.git"
         a = StateRepo.init(root / "a")
         a.set("stop_loss.2317", 262, "rule")

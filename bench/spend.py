@@ -12,12 +12,11 @@ import os
 import shutil
 import signal
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from remote import free_port, wait_for_port
+from remote import git_daemon
 
 from gitstate.repo import StateRepo
 
@@ -44,17 +43,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     rounds = 5 if parser.parse_args().quick else 50
     root = Path(tempfile.mkdtemp(prefix="gitstate-spend-bench-"))
-    port = free_port()
-    (root / "srv").mkdir()
-    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(root / "srv" / "r.git")],
-                   check=True)
-    daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all",
-                               "--enable=receive-pack", f"--base-path={root / 'srv'}",
-                               "--listen=127.0.0.1", f"--port={port}", str(root / "srv")],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+    port, daemon = git_daemon(root)
     try:
-        wait_for_port(port, "git daemon", 10)
         for name in ("local", "linked"):
             (root / name).mkdir()
             (root / name / "config.toml").write_text("[gitstate]\n" + ROOMY)
