@@ -99,7 +99,7 @@ def test_gemini_connects_only_in_a_trusted_folder(hosts: Path,
 def test_codex_app_server_lists_the_tools(hosts: Path,
                                           project: tuple[Path, dict[str, str]]) -> None:
     """examples/codex/config.toml: `codex mcp list` only parses it; the app-server starts
-    the server and reports its four tools and version."""
+    the server and reports its six tools and version."""
     proj, env = project
     codex_home = Path(env["HOME"]) / ".codex"
     codex_home.mkdir()
