@@ -307,9 +307,19 @@ def load_yaml(text: str) -> Any:
                 raise SchemaError("schema.yaml must not use anchors or aliases (&, *)")
         return yaml.load(text)
     except YAMLError as exc:
-        raise SchemaError(f"schema.yaml is not valid YAML: {exc}") from exc
+        raise SchemaError(f"schema.yaml is not valid YAML: {_yaml_problem(exc)}") from exc
     except RecursionError:  # ruamel's parser recurses once per level of nesting
         raise SchemaError("schema.yaml nests too deep to read") from None
+
+
+def _yaml_problem(exc: Exception) -> str:
+    """ruamel's error as one line: what is wrong and where (its own text spans several
+    lines with a caret drawing, which a one-line refusal would show as escapes)."""
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    text = str(problem) if problem else " ".join(str(exc).split())
+    return f"{text}{where}"
 
 
 def _flow_depth(text: str) -> int:

@@ -327,3 +327,14 @@ def test_the_demos_next_commands_call_gitstate_as_it_was_called(tmp_path: Path) 
     done = subprocess.run(words, capture_output=True, text=True, timeout=60, check=False,
                           env={**env, "GITSTATE_AGENT_DIR": str(tmp_path / "a")})
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_yaml_error_is_one_readable_line(tmp_path: Path) -> None:
+    """A schema.yaml that is no YAML is refused with what is wrong and where, on one line,
+    not ruamel's caret drawing escaped into \\u000a sequences."""
+    run_cli("init", agent_dir=tmp_path)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nkeys:\n  a: [\n", encoding="utf-8")
+    out = run_cli("schema", "check", str(bad), agent_dir=tmp_path)
+    assert out.returncode != 0 and "[schema.invalid]" in out.stderr, out.stderr
+    assert "\\u000a" not in out.stderr and "at line 4, column 1" in out.stderr, out.stderr
