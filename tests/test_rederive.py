@@ -89,6 +89,12 @@ class World:
             install_pre_receive(server, self.tmp)
         return server
 
+    def push_to(self, server: Path, refspec: str) -> subprocess.CompletedProcess[str]:
+        """``git push`` of ``refspec`` from the plain remote to ``server`` (its hook runs)."""
+        return subprocess.run([GIT or "git", "-C", str(self.bare), "push", str(server),
+                               refspec], capture_output=True, text=True, timeout=60,
+                              check=False)
+
     def at(self, hours: float) -> int:
         return int((self.t0 + timedelta(hours=hours)).timestamp())
 
@@ -287,9 +293,7 @@ def test_the_hook_refuses_a_forged_approval_step(world: World, attack: str) -> N
     make, rule = MAIN_ATTACKS[attack]
     server = world.guarded()
     forged = make(world)
-    out = subprocess.run([GIT or "git", "-C", str(world.bare), "push", str(server),
-                          f"{forged}:refs/heads/main"], capture_output=True, text=True,
-                         timeout=60, check=False)
+    out = world.push_to(server, f"{forged}:refs/heads/main")
     assert out.returncode != 0 and f"[{rule}]" in out.stderr, out.stderr
     assert git(server, "rev-parse", "main").stdout.strip() != forged
 
@@ -329,9 +333,7 @@ def test_an_older_writers_spend_without_consumed_by_passes_pull_and_the_hook(
         repo.pull()
         assert repo.state().keys[approvals.PREFIX + world.approval].value["status"] == \
             "consumed"
-    out = subprocess.run([GIT or "git", "-C", str(world.bare), "push", str(server),
-                          f"{consumed}:refs/heads/main"], capture_output=True, text=True,
-                         timeout=60, check=False)
+    out = world.push_to(server, f"{consumed}:refs/heads/main")
     assert out.returncode == 0, out.stderr
 
 
@@ -546,9 +548,7 @@ def test_the_hook_refuses_a_forged_run_event(world: World, attack: str) -> None:
     forged = make(world)
     [ref] = git(world.bare, "for-each-ref", "--format=%(refname)", "--points-at", forged,
                 PREFIX).stdout.split()
-    out = subprocess.run([GIT or "git", "-C", str(world.bare), "push", str(server),
-                          f"{forged}:{ref}"], capture_output=True, text=True,
-                         timeout=60, check=False)
+    out = world.push_to(server, f"{forged}:{ref}")
     assert out.returncode != 0 and f"[{rule}]" in out.stderr, out.stderr
 
 
@@ -768,9 +768,7 @@ def test_the_hook_refuses_a_journal_record_the_journal_would_not_write(
     make, rule = JOURNAL_ATTACKS[attack]
     server = world.guarded()
     forged = make(world)
-    out = subprocess.run([GIT or "git", "-C", str(world.bare), "push", str(server),
-                          f"{forged}:{JOURNAL}"], capture_output=True, text=True,
-                         timeout=60, check=False)
+    out = world.push_to(server, f"{forged}:{JOURNAL}")
     assert out.returncode != 0 and f"[{rule}]" in out.stderr, out.stderr
 
 
