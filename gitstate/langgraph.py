@@ -58,6 +58,7 @@ except ImportError as exc:  # the extra is not installed: say which one
 
 from . import layout, locking, rules, secretscan
 from .errors import StoreError
+from .lgstore import GitStateStore as GitStateStore  # the Store, re-exported here
 from .store.trees import BlobRef, Change
 from .trailers import encode_json
 
