@@ -2,6 +2,10 @@
 
     python bench/mcp_roundtrip.py          # 500 calls each
     python bench/mcp_roundtrip.py --quick  # smoke run for CI
+
+The client is the official SDK's ``ClientSession`` through tests/mcpclient.py, so the same
+script runs on either SDK line (1.x or 2.x); the line is printed with the figures. Run it in
+each line's environment to compare them (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -13,20 +17,19 @@ import statistics
 import sys
 import tempfile
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 import anyio
-from mcp import Client
-from mcp.client.stdio import StdioServerParameters
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gitstate.repo import StateRepo
+from tests.mcpclient import LINE, connect
 
 
 async def over_mcp(agent: Path, n: int) -> list[float]:
-    params = StdioServerParameters(command=sys.executable, env=dict(os.environ),
-                                   args=["-m", "gitstate", "--agent-dir", str(agent), "mcp"])
     samples = []
-    async with Client(params, read_timeout_seconds=60) as client:
+    async with connect(agent, env=dict(os.environ), timeout=60) as client:
         for i in range(5):
             await client.call_tool("working_state_set", {"key": "warm", "value": i,
                                                          "reason": "warm-up"})
@@ -35,7 +38,7 @@ async def over_mcp(agent: Path, n: int) -> list[float]:
             result = await client.call_tool("working_state_set", {
                 "key": "stop_loss.2317", "value": i, "reason": "bench"})
             samples.append(time.perf_counter() - start)
-            assert not result.is_error
+            assert not result.get("isError"), result
     return samples
 
 
@@ -62,7 +65,8 @@ def main() -> None:
         mcp = anyio.run(over_mcp, root / "a", n)
         local = in_process(root / "b", n)
         m, loc = statistics.median(mcp) * 1000, statistics.median(local) * 1000
-        print(f"working_state_set, {n} calls each        median ms")
+        print(f"working_state_set, {n} calls each, mcp {version('mcp')} (line {LINE}.x)"
+              "        median ms")
         print(f"  in-process StateRepo.set          {loc:>10.3f}   1.00x")
         print(f"  MCP client over stdio             {m:>10.3f}   {m / loc:.2f}x")
     finally:

@@ -210,7 +210,9 @@ def section_at_head(
 
 
 def claude_code_output(text: str, event: str) -> str:
-    """Claude Code's documented hook output: the section as additionalContext."""
+    """Claude Code's documented hook output: the section as additionalContext. Gemini CLI's
+    hooks read the same shape (``hookSpecificOutput.additionalContext``, its SessionStart
+    and BeforeAgent events)."""
     if not text:
         return ""
     payload = {"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}
@@ -307,7 +309,10 @@ def hook_event_from_stdin(default: str) -> str:
 
 # -- the `gitstate render` and `gitstate hook` commands, without click --------------------
 
-HOOK_EVENTS = {"claude-code": "UserPromptSubmit", "plain": ""}
+HOOK_EVENTS = {"claude-code": "UserPromptSubmit", "gemini": "BeforeAgent", "plain": ""}
+"""Each runtime's default event, when its stdin names none."""
+JSON_RUNTIMES = ("claude-code", "gemini")
+"""The runtimes whose hooks answer with the hook JSON (the rest: the section as text)."""
 
 
 def parse_fast(args: list[str]) -> tuple[str, str, dict[str, str]] | None:
@@ -392,8 +397,8 @@ def run_fast(command: str, agent_dir: str, opts: dict[str, str]) -> int:
     for warning in warnings:
         sys.stderr.write(f"gitstate: warning: {warning}\n")
     event = ""
-    if command == "hook" and opts["runtime"] == "claude-code":
-        event = opts.get("event") or hook_event_from_stdin(HOOK_EVENTS["claude-code"])
+    if command == "hook" and opts["runtime"] in JSON_RUNTIMES:
+        event = opts.get("event") or hook_event_from_stdin(HOOK_EVENTS[opts["runtime"]])
     text = compose(text, block, opts.get("runtime", "render"), event)
     if command == "hook":
         from .receipts import record
@@ -408,9 +413,9 @@ def run_fast(command: str, agent_dir: str, opts: dict[str, str]) -> int:
 
 def compose(section_text: str, block: str, runtime: str, event: str) -> str:
     """What a wake-up receives: the section, then the run's block, wrapped as the runtime
-    expects (Claude Code: its hook JSON)."""
+    expects (Claude Code and Gemini CLI: their hook JSON)."""
     text = section_text + ("\n" if section_text and block else "") + block
-    return claude_code_output(text, event) if runtime == "claude-code" else text
+    return claude_code_output(text, event) if runtime in JSON_RUNTIMES else text
 
 
 def reproduce(agent_dir: str | os.PathLike[str], receipt: dict[str, object]) -> str:

@@ -75,11 +75,37 @@ def server_argv(agent_dir: Path) -> list[str]:
             str(agent_dir.absolute()), "mcp"]
 
 
-def hook_command(agent_dir: Path) -> str:
-    """The Claude Code hook command: ``gitstate hook claude-code`` (the fast path) for
-    ``agent_dir``, quoted for the shell Claude Code runs it in."""
-    argv = [*server_argv(agent_dir)[:-1], "hook", "claude-code"]
+def hook_command(agent_dir: Path, runtime: str = "claude-code") -> str:
+    """A host's hook command: ``gitstate hook RUNTIME`` (the fast path) for ``agent_dir``,
+    quoted for the shell the host runs it in."""
+    argv = [*server_argv(agent_dir)[:-1], "hook", runtime]
     return shlex.join(argv)
+
+
+def _put_hooks(settings: Path, runtime: str, command: str,
+               events: tuple[tuple[str, str | None], ...], fields: dict[str, Any]
+               ) -> Callable[[dict[str, Any]], None]:
+    """A merge that puts ``command`` in ``hooks.EVENT`` for each (event, matcher), in the
+    group shape Claude Code and Gemini CLI share; a hook that already runs ``gitstate ...
+    hook RUNTIME`` (merged by hand, or by an older gitstate) is pointed at this one instead
+    of doubled."""
+    def merge(data: dict[str, Any]) -> None:
+        table = _table(data, "hooks", settings)
+        for event, matcher in events:
+            groups = table.setdefault(event, [])
+            if not isinstance(groups, list):
+                raise Refused(f"{settings}: hooks.{event} is not a list",
+                              rule="install.not_mergeable")
+            found = False
+            for group in groups:
+                for hook in group.get("hooks", []) if isinstance(group, dict) else []:
+                    if isinstance(hook, dict) and _is_ours(hook.get("command"), runtime):
+                        hook["command"] = command
+                        found = True
+            if not found:
+                group = {"hooks": [{**fields, "type": "command", "command": command}]}
+                groups.append({"matcher": matcher, **group} if matcher else group)
+    return merge
 
 
 def _read(path: Path) -> bytes | None:
@@ -183,25 +209,9 @@ def _claude(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
         settings = home / ".claude" / "settings.json"
         wiring.plans.append(_json_plan(state, "the MCP server (user scope)",
                                        _put_server(state, entry, with_env)))
-    command = hook_command(agent_dir)
-
-    def hooks(data: dict[str, Any]) -> None:
-        table = _table(data, "hooks", settings)
-        for event, matcher in (("SessionStart", SESSION_MATCHER), ("UserPromptSubmit", None)):
-            groups = table.setdefault(event, [])
-            if not isinstance(groups, list):
-                raise Refused(f"{settings}: hooks.{event} is not a list",
-                              rule="install.not_mergeable")
-            found = False
-            for group in groups:
-                for hook in group.get("hooks", []) if isinstance(group, dict) else []:
-                    if isinstance(hook, dict) and _is_ours(hook.get("command")):
-                        hook["command"] = command  # the hand-merged one, now this gitstate's
-                        found = True
-            if not found:
-                group = {"hooks": [{"type": "command", "command": command, "timeout": 10}]}
-                groups.append({"matcher": matcher, **group} if matcher else group)
-
+    hooks = _put_hooks(settings, "claude-code", hook_command(agent_dir),
+                       (("SessionStart", SESSION_MATCHER), ("UserPromptSubmit", None)),
+                       {"timeout": 10})  # seconds, in Claude Code
     wiring.plans.append(_json_plan(settings, "the SessionStart and UserPromptSubmit hooks",
                                    hooks))
     wiring.todo.append("check it: gitstate install claude-code "
@@ -209,9 +219,9 @@ def _claude(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
     return wiring
 
 
-def _is_ours(command: object) -> bool:
+def _is_ours(command: object, runtime: str) -> bool:
     return isinstance(command, str) and "gitstate" in command \
-        and command.rstrip().endswith("hook claude-code")
+        and command.rstrip().endswith(f"hook {runtime}")
 
 
 def _gemini(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
@@ -219,7 +229,17 @@ def _gemini(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
     argv = server_argv(agent_dir)
     path = (project if scope == "project" else home) / ".gemini" / "settings.json"
     entry = {"command": argv[0], "args": argv[1:], "timeout": 30000}
-    wiring.plans.append(_json_plan(path, "the MCP server", _put_server(path, entry)))
+    server = _put_server(path, entry)
+    hooks = _put_hooks(path, "gemini", hook_command(agent_dir, "gemini"),
+                       (("SessionStart", None), ("BeforeAgent", None)),
+                       {"name": "gitstate", "timeout": 10000})  # milliseconds, in Gemini CLI
+
+    def merge(data: dict[str, Any]) -> None:
+        server(data)
+        hooks(data)
+
+    wiring.plans.append(_json_plan(path, "the MCP server and the SessionStart and "
+                                   "BeforeAgent hooks", merge))
     wiring.todo.append(f"trust the folder you run gemini in ({project} here): accept "
                        "Gemini CLI's trust prompt, or `/permissions` in gemini; it starts "
                        "MCP servers only in trusted folders")

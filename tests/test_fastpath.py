@@ -98,6 +98,20 @@ def test_claude_code_hook_output(repo: StateRepo) -> None:
     assert plain.stdout == payload["additionalContext"]
 
 
+def test_gemini_hook_output(repo: StateRepo) -> None:
+    """`hook gemini` answers Gemini CLI's hook JSON: the event from stdin's
+    hook_event_name (BeforeAgent when stdin names none), the section as additionalContext."""
+    repo.set("k", 1, "r")
+    out = run_cli("hook", "gemini", agent_dir=repo.agent_dir,
+                  input='{"hook_event_name": "SessionStart", "source": "startup"}')
+    payload = json.loads(out.stdout)["hookSpecificOutput"]
+    assert payload["hookEventName"] == "SessionStart"
+    assert payload["additionalContext"] == run_cli("hook", "plain",
+                                                   agent_dir=repo.agent_dir).stdout
+    out = run_cli("hook", "gemini", agent_dir=repo.agent_dir, input="")
+    assert json.loads(out.stdout)["hookSpecificOutput"]["hookEventName"] == "BeforeAgent"
+
+
 def test_hook_never_blocks_on_error(tmp_path: Path) -> None:
     """A hook on a broken directory exits 1 (not 2, which would block the prompt)."""
     out = run_cli("hook", "claude-code", agent_dir=tmp_path, input="{}")

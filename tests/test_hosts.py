@@ -138,3 +138,53 @@ def test_codex_app_server_lists_the_tools(hosts: Path,
     assert set(server["tools"]) == {"working_state_set", "working_state_clear",
                                     "working_state_handoff", "working_state_get",
                                     "run_get", "run_propose"}
+
+
+def _gemini_env(env: dict[str, str], url: str) -> dict[str, str]:
+    """Gemini CLI against the scripted model: an API key it never checks, the model's
+    address, the workspace trusted (its headless form of the trust dialog)."""
+    home = Path(env["HOME"]) / ".gemini"
+    home.mkdir(exist_ok=True)
+    (home / "settings.json").write_text(json.dumps(
+        {"security": {"auth": {"selectedType": "gemini-api-key"}}}))
+    return {**env, "GEMINI_API_KEY": "not-a-key", "GOOGLE_GEMINI_BASE_URL": url,
+            "GEMINI_CLI_TRUST_WORKSPACE": "true", "NO_COLOR": "1"}
+
+
+@pytest.mark.slow
+def test_gemini_turn_injects_the_section_and_reads_the_refusal(
+        hosts: Path, project: tuple[Path, dict[str, str]]) -> None:
+    """`gitstate install gemini` wires the server and the hooks; a whole Gemini CLI turn
+    against a scripted model: the hooks put the section in front of the model, a stale
+    compare-and-swap comes back to the model as a refusal it can act on (the rule, what HEAD
+    holds, what to do next), and the retried call commits as the agent."""
+    from tests.fake_model import FakeGemini, short, text_of
+
+    proj, env = project
+    subprocess.run(["git", "init", "-q", str(proj)], check=True)
+    installed = _run([sys.executable, "-m", "gitstate", "--agent-dir", ".agent", "install",
+                      "gemini"], proj, env)
+    assert installed.returncode == 0, installed.stderr
+    stale = {"key": "stop_loss.2317", "value": 250, "reason": "tighten the stop",
+             "expected_value": 999}
+    script = [{"call": "working_state_set", "args": stale},
+              {"call": "working_state_set", "args": {**stale, "expected_value": 262}},
+              {"text": "stop tightened to 250"}]
+    with FakeGemini(script) as model:
+        out = _run([str(hosts / "gemini"), "-p", "tighten my stop loss", "--yolo"], proj,
+                   _gemini_env(env, model.url))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "stop tightened to 250" in out.stdout
+    first, refused, done = (text_of(t) for t in model.turns[:3])
+    assert "stop_loss.2317" in first and "262" in first  # the section, by the hooks
+    assert {"working_state_set", "working_state_get", "run_propose"} <= {
+        short(n) for n in FakeGemini.declared(model.turns[0])}
+    assert "cas.mismatch" in refused and "262" in refused  # the refusal the model read
+    assert "next" in refused
+    with StateRepo(proj / ".agent") as repo:
+        entry = repo.state().keys["stop_loss.2317"]
+    assert (entry.value, entry.actor, entry.reason) == (250, "agent", "tighten the stop")
+    log = subprocess.run(["git", "-C", str(proj / ".agent" / "state"), "log", "-1",
+                          "--format=%B"], capture_output=True, text=True, check=True)
+    assert "tighten the stop" in log.stdout  # the commit message is the reason
+    assert "stop_loss.2317" in done and "250" in done  # the success the model read

@@ -156,6 +156,31 @@ def test_claude_code_project_writes_server_approval_and_hooks(
     assert f"created {proj / '.mcp.json'}" in out and f"updated {settings}" in out
 
 
+@pytest.mark.parametrize("scope", ["project", "user"])
+def test_gemini_writes_the_server_and_both_hooks(scope: str,
+                                                 where: tuple[Path, Path, Path]) -> None:
+    """Gemini CLI's settings.json gets the server and its SessionStart and BeforeAgent
+    hooks (`gitstate hook gemini`); the user's own hook is kept and a second run changes
+    no byte."""
+    proj, home, agent = where
+    path = target("gemini", scope, proj, home)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"hooks": {"BeforeAgent": [
+        {"hooks": [{"type": "command", "command": "echo mine"}]}]}}))
+    code, out, err = install(home, "gemini", f"--{scope}")
+    assert code == 0, out + err
+    hooks = read(path)["hooks"]
+    assert isinstance(hooks, dict)
+    commands = {event: [h["command"] for g in groups for h in g["hooks"]]
+                for event, groups in hooks.items()}
+    ours = f"{PYTHON} -m gitstate --agent-dir {agent} hook gemini"
+    assert commands == {"SessionStart": [ours], "BeforeAgent": ["echo mine", ours]}
+    assert hooks["SessionStart"][0]["hooks"][0]["timeout"] == 10000  # milliseconds
+    before = path.read_bytes()
+    code, out, _ = install(home, "gemini", f"--{scope}")
+    assert code == 0 and "unchanged" in out and path.read_bytes() == before
+
+
 @pytest.mark.parametrize(("host", "scope"), sorted(FILES))
 def test_a_symlink_at_the_target_is_refused(host: str, scope: str,
                                             where: tuple[Path, Path, Path]) -> None:

@@ -121,14 +121,16 @@ def render(obj: Ctx, locale: str | None, now: str | None, at: str | None,
 
 @examples(
     "gitstate hook claude-code --event SessionStart",
+    "gitstate hook gemini --event SessionStart",
     "gitstate hook plain --max-chars 4000",
     exits="Exit: 0, also when there is nothing to print; 1 any error while it runs, on stderr "
-          "(never 2, which would block a Claude Code prompt); 2 only for words it cannot parse "
-          "(a RUNTIME that is not claude-code or plain).",
+          "(never 2, which would block a Claude Code or Gemini CLI prompt); 2 only for words "
+          "it cannot parse (a RUNTIME that is not claude-code, gemini or plain).",
 )
 @click.command()
-@click.argument("runtime", type=click.Choice(["claude-code", "plain"]))
-@click.option("--event", help="Claude Code hook event name (default: read from stdin).")
+@click.argument("runtime", type=click.Choice(["claude-code", "gemini", "plain"]))
+@click.option("--event", help="The hook event's name (default: read from stdin, as Claude "
+              "Code and Gemini CLI pass it).")
 @click.option("--locale", type=click.Choice(["zh-TW", "en", "ja"]))
 @click.option("--run", "run_id", metavar="RUN_ID", envvar="GITSTATE_RUN",
               help="Append this run's <state> block [env: GITSTATE_RUN].")
@@ -144,10 +146,12 @@ def hook(obj: Ctx, runtime: str, event: str | None, locale: str | None,
     \b
     claude-code  Claude Code's hook JSON (hookSpecificOutput.additionalContext), for
                  SessionStart and UserPromptSubmit command hooks; see hooks/claude-code/.
+    gemini       Gemini CLI's hook JSON (the same shape), for its SessionStart and
+                 BeforeAgent command hooks (`gitstate install gemini` writes them).
     plain        the section as plain text, for any gateway.
 
     Prints nothing at all when the state is empty or injection is disabled. Errors go to
-    stderr with exit 1 (never 2, which would block a Claude Code prompt).
+    stderr with exit 1 (never 2, which would block the host's prompt).
     """
     from ..fastpath import run_fast
 

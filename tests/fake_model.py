@@ -1,0 +1,108 @@
+"""A scripted model behind a host's own API, so a real host (Gemini CLI here) runs whole
+turns in the suite without a login: it sends its requests, the host's hooks and MCP client
+do their real work, and the test reads what reached the model.
+
+The server speaks the part of the Gemini API the CLI uses (``generateContent`` and
+``streamGenerateContent?alt=sse`` under ``/v1beta/models/``). Requests that ask for JSON
+(the CLI's model router) get a fixed classification; every other request takes the next
+step of the script: a ``{"call": NAME, "args": {...}}`` (a function call of the MCP tool
+NAME, by the name the host declared it under: Gemini CLI's ``mcp_<server>_<tool>``) or a
+``{"text": ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class FakeGemini:
+    """``with FakeGemini(script) as model:`` serves on ``model.url`` until the block ends;
+    ``model.turns`` holds the body of every scripted request, in order."""
+
+    def __init__(self, script: list[dict[str, Any]]) -> None:
+        self.script = list(script)
+        self.turns: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                request = json.loads(body or b"{}")
+                answer = fake.answer(request)
+                if "alt=sse" in self.path:
+                    data = f"data: {json.dumps(answer)}\r\n\r\n".encode()
+                    self.send_response(200)
+                    self.send_header("content-type", "text/event-stream")
+                else:
+                    data = json.dumps(answer).encode()
+                    self.send_response(200)
+                    self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self.send_response(404)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def answer(self, request: dict[str, Any]) -> dict[str, Any]:
+        config = request.get("generationConfig") or {}
+        if config.get("responseMimeType") == "application/json":  # the router's question
+            part: dict[str, Any] = {"text": json.dumps(
+                {"complexity_reasoning": "a short scripted turn", "complexity_score": 1})}
+        else:
+            with self.lock:
+                self.turns.append(request)
+                step = self.script.pop(0) if self.script else {"text": "done"}
+            if "call" in step:
+                part = {"functionCall": {"name": self.tool_name(request, step["call"]),
+                                         "args": step["args"]}}
+            else:
+                part = {"text": step["text"]}
+        return {"candidates": [{"content": {"role": "model", "parts": [part]},
+                                "finishReason": "STOP", "index": 0}],
+                "usageMetadata": {"promptTokenCount": 1, "candidatesTokenCount": 1,
+                                  "totalTokenCount": 2}}
+
+    @staticmethod
+    def declared(request: dict[str, Any]) -> list[str]:
+        """The function names the host declared in ``request``."""
+        return [d["name"] for tool in request.get("tools") or []
+                for d in tool.get("functionDeclarations") or []]
+
+    def tool_name(self, request: dict[str, Any], name: str) -> str:
+        """The declared name of MCP tool ``name`` (``name`` itself when none matches: the
+        host then reports an unknown tool, which the test sees)."""
+        names = [n for n in self.declared(request) if short(n) == name]
+        return names[0] if names else name
+
+    def __enter__(self) -> FakeGemini:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def short(declared: str) -> str:
+    """An MCP tool's own name from the name a host declares it under (Gemini CLI:
+    ``mcp_gitstate_working_state_set``)."""
+    prefix = "mcp_gitstate_"
+    return declared[len(prefix):] if declared.startswith(prefix) else declared
+
+
+def text_of(request: dict[str, Any]) -> str:
+    """Everything a request shows the model, as one string (prompt, injected context,
+    function responses)."""
+    return json.dumps(request.get("contents") or [], ensure_ascii=False)
