@@ -63,7 +63,7 @@ from .store.trees import BlobRef, Change
 from .trailers import encode_json
 
 PREFIX = "refs/gitstate/threads/"
-ARCHIVE = "refs/gitstate/archive/threads/"
+ARCHIVE = layout.THREADS_ARCHIVE_PREFIX
 _KEEP = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 _EMPTY = b"empty\0"
 

@@ -34,6 +34,7 @@ JOURNALS_PREFIX = "refs/gitstate/refusals/"  # + an origin id: a clone's journal
 PULLED_JOURNALS_PREFIX = "refs/gitstate/pulled-refusals/"  # + an origin id: pulled here
 JOURNAL_TRACKING_REF = "refs/remotes/origin/gitstate-refusals"
 THREADS_PREFIX = "refs/gitstate/threads/"  # + thread/namespace/kind (LangGraph checkpoints)
+THREADS_ARCHIVE_PREFIX = "refs/gitstate/archive/threads/"  # + thread/time/...: deleted ones
 
 # -- ref namespaces: name -> pattern (a regular expression the whole name must match) -------
 RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"  # ".." and a ".lock" end: git's rules
@@ -50,6 +51,23 @@ NAMESPACES: dict[str, str] = {
     "pulled_journals": PULLED_JOURNALS_PREFIX + ORIGIN_ID_PATTERN,
     "unpushed": UNPUSHED_PREFIX + r"[0-9]{8}T[0-9]{12}Z",
 }
+
+
+def ref_owner(name: str) -> str:
+    """Whose kernel lock every writer of the ref ``name`` holds, and so who alone may remove
+    the ``<ref>.lock`` a killed writer of it left: "run" (the run's :data:`RUN_LOCK_FILE`),
+    "thread" (the thread's :data:`THREAD_LOCK_FILE`), "journal" (:data:`REFUSALS_LOCK_FILE`)
+    or "main" (:data:`LOCK_FILE`: main, the tracking refs, pulled journals, unpushed commits;
+    sync moves them all under the write lock). See docs/reliability.md, "Recovery"."""
+    if name.startswith(RUNS_PREFIX):
+        return "run"
+    if name.startswith((THREADS_PREFIX, THREADS_ARCHIVE_PREFIX)):
+        return "thread"
+    if name in (JOURNAL_REF, JOURNAL_PREVIOUS_REF):
+        return "journal"
+    return "main"
+
+
 # the namespaces a remote holds, by the prefix that puts a name in it: a remote's name that
 # starts with one of these prefixes is that namespace's or refused
 REMOTE_NAMESPACES: dict[str, str] = {BRANCH: "main", RUNS_PREFIX: "runs",

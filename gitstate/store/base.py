@@ -24,12 +24,8 @@ from dulwich.repo import Repo
 
 from .. import layout, locking, safefile
 from ..errors import NotInitialized, StoreError
-from ..layout import (
-    INCOMING_PREFIX,
-    LOCK_FILE,
-    WRITING_FILE,
-)
-from . import packwrite, rawobj
+from ..layout import INCOMING_PREFIX, LOCK_FILE, WRITING_FILE
+from . import packwrite, rawobj, recovery
 from .durability import Flush, flush_for
 from .fs import holds_data
 from .objheader import HeaderError, Headers, read_strict
@@ -223,8 +219,9 @@ class RepoBase:
     @contextlib.contextmanager
     def writing(self) -> Iterator[bool]:
         """Mark a write in progress (call with the lock held). Yields True when the marker
-        was already there, i.e. the previous writer died mid-write: its ``*.lock`` and
-        temporary files are then swept, since with the kernel lock held none is live.
+        was already there, i.e. the previous main writer died mid-write: its lock and
+        temporary files are then swept (main's only: store/recovery.py), since with the
+        kernel lock held none of them is live.
 
         The marker is the first byte of the lock file (``1`` while a write runs): the file
         is open anyway, and a byte written in place costs a fraction of creating and
@@ -247,15 +244,10 @@ class RepoBase:
             os.pwrite(fd, b"0", 0)
 
     def sweep_stale_locks(self) -> list[Path]:
-        """Remove every dulwich ``*.lock`` and our temporary files (lock held)."""
+        """Remove what a killed main writer left (main's lock held): main's own lock and
+        temporary files only (``recovery``), dead processes' pack files, free quarantines."""
         removed = self.sweep_quarantines()
-        for path in [*self.git_dir.rglob("*.lock"), *self.git_dir.glob(".*.tmp"),
-                     *self.path.glob(".*.tmp")]:
-            if path.name == LOCK_FILE or INCOMING_PREFIX in str(path):
-                continue  # a live fetch's quarantine: not under the write lock
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-                removed.append(path)
+        removed += recovery.sweep_main(self.git_dir, self.path)
         return removed + packwrite.sweep(self.git_dir / "objects" / "pack")
 
     def sweep_quarantines(self) -> list[Path]:
@@ -276,16 +268,21 @@ class RepoBase:
                     removed.append(stale)
         return removed
 
-    def _stale_lock_safe(self, action: Callable[[], T]) -> T:
-        """Run a dulwich write; a ``*.lock`` it trips over is stale, since we hold the
-        kernel lock, so remove it and try again."""
-        for _ in range(8):
+    def _stale_lock_safe(self, action: Callable[[], T], own_lock: str) -> T:
+        """Run a dulwich write of one ref, holding that ref's owner's kernel lock: the ref's
+        own ``<ref>.lock`` it trips over is then a killed writer's, removed and the write
+        tried again. Any other lock (``packed-refs.lock``, shared by every namespace) may be
+        a live writer's: waited for, never removed."""
+        for attempt in range(40):
             try:
                 return action()
             except FileLocked as exc:
-                lock = exc.lockfilename
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(lock)
+                lock = os.fsdecode(exc.lockfilename)
+                if lock == own_lock:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(lock)
+                else:
+                    time.sleep(0.005 * attempt)
         return action()
 
     # -- reading --------------------------------------------------------------------------

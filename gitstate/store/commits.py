@@ -137,7 +137,8 @@ class CommitOps(RepoBase):
 
     def move_ref(self, name: str, old: str | None, new: str | None) -> bool:
         """Compare-and-swap any ref (None: absent / delete); durable when it returns.
-        Call it with the kernel write lock held: a ``<ref>.lock`` found then is stale. The
+        Call it with the kernel lock of the ref's owner held (``layout.ref_owner``): the
+        ``<ref>.lock`` found then is a killed writer's (store/recovery.py). The
         name becomes a path under .git, so one git's rules refuse is refused here first
         (``store.bad_ref_name``), wherever it came from."""
         if name != layout.BRANCH and (problem := layout.ref_format_problem(name)):
@@ -147,7 +148,8 @@ class CommitOps(RepoBase):
             ref = Ref(name.encode())
             old_id = ObjectID(old.encode()) if old else ZERO
             return bool(self._stale_lock_safe(
-                lambda: self.repo.refs.remove_if_equals(ref, old_id)))
+                lambda: self.repo.refs.remove_if_equals(ref, old_id),
+                f"{self.git_path}/{name}.lock"))
         lock = self._lock_and_compare(name, old, new)
         if lock is None:
             return False
@@ -192,7 +194,7 @@ class CommitOps(RepoBase):
             try:
                 fd = safefile.create_new(lock)
                 return _RefLock(fd, path, lock, created)
-            except FileExistsError:  # we hold the kernel lock: it is a killed writer's
+            except FileExistsError:  # we hold its owner's kernel lock: a killed writer's
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(lock)
             except FileNotFoundError:  # a new ref's directory (rare: checked only then)

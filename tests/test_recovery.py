@@ -1,0 +1,105 @@
+"""Recovery per namespace: what a killed writer leaves is removed by a holder of that
+writer's kernel lock only (gitstate/store/recovery.py); real processes, real kills."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gitstate import audit
+from gitstate.repo import StateRepo
+from tests.helpers import assert_fsck_clean, git
+from tests.ns_workers import ref_of
+
+ROOT = Path(__file__).resolve().parent.parent
+pytest.importorskip("langgraph")
+
+
+def _ns_worker(agent: Path, ns: str, tag: str, pause: str | None = None,
+               start: int = 1) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "tests.ns_workers", str(agent), ns, tag,
+                             str(start), *([pause] if pause else [])], cwd=ROOT,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _killed_main_writer(agent: Path) -> None:
+    """A main writer killed with its ref lock taken and written: what a SIGKILL leaves."""
+    out = subprocess.run([sys.executable, "-m", "tests.workers", "fault_write", str(agent),
+                          "set"], cwd=ROOT, env={**os.environ, "GITSTATE_TEST_FAULT": "ref.written"},
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 137, out.stderr
+
+
+def test_mains_crash_sweep_leaves_the_live_locks_of_every_other_namespace(
+        tmp_path: Path) -> None:
+    """A run, a thread and the journal each hold their ref's lock (paused inside a write,
+    alive); main's next write finds a killed main writer's marker and lock: it removes
+    main's lock only, and each paused write then completes."""
+    agent = tmp_path / "agent"
+    StateRepo.init(agent).close()
+    git_dir = agent / "state" / ".git"
+    for ns in ("run", "thread"):  # their refs exist already: the pause is on a second write
+        first = _ns_worker(agent, ns, f"{ns}1")
+        assert first.stdout is not None and first.stdout.readline() == "ready\n"
+        assert first.stdout.readline().startswith("1 ")
+        first.kill()
+        first.communicate(timeout=30)
+    paused = {ns: _ns_worker(agent, ns, f"{ns}1", "ref.locked", start=1000)
+              for ns in ("run", "thread", "journal")}
+    for ns, proc in paused.items():
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n", proc.stderr.read() if proc.stderr else ""
+        assert proc.stdout.readline() == "paused\n", ns
+    live = {ns: git_dir / (ref_of(ns, f"{ns}1")[0] + ".lock") for ns in paused}
+    assert all(lock.exists() for lock in live.values()), live
+    _killed_main_writer(agent)
+    assert (git_dir / "refs" / "heads" / "main.lock").exists()
+    assert (git_dir / "gitstate.lock").read_bytes()[:1] == b"1"  # the crash marker
+
+    with StateRepo(agent) as repo:
+        repo.set("after", 1, "the write after the crash")  # sweeps main's leftovers
+    assert not (git_dir / "refs" / "heads" / "main.lock").exists()
+    assert all(lock.exists() for lock in live.values()), "a live lock was removed"
+
+    for ns, proc in paused.items():
+        out, err = proc.communicate("go\n", timeout=60)
+        assert proc.returncode == 0, (ns, out, err)
+        token = out.splitlines()[-1].split(" ", 1)[1]
+        log = git(agent / "state", "log", "--format=%B", ref_of(ns, f"{ns}1")[0]).stdout
+        assert token in log, (ns, token)
+    with StateRepo(agent) as repo:
+        assert all(c.ok for c in audit.verify(repo)), [c for c in audit.verify(repo)
+                                                       if not c.ok]
+    assert_fsck_clean(agent / "state")
+
+
+@pytest.mark.parametrize("ns", ["run", "thread", "journal"])
+def test_each_namespace_recovers_its_own_killed_writers_lock(tmp_path: Path, ns: str) -> None:
+    """A writer of ``ns`` killed holding its ref's lock: that lock blocks nobody, main's
+    writes leave it alone, and the namespace's next writer replaces it and writes."""
+    agent = tmp_path / "agent"
+    StateRepo.init(agent).close()
+    git_dir = agent / "state" / ".git"
+    proc = _ns_worker(agent, ns, "t1", "ref.locked")
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    assert proc.stdout.readline() == "paused\n"
+    proc.kill()
+    proc.communicate(timeout=30)
+    lock = git_dir / (ref_of(ns, "t1")[0] + ".lock")
+    assert lock.exists()
+    _killed_main_writer(agent)
+    with StateRepo(agent) as repo:
+        repo.set("after", 1, "main's write after both kills")
+    assert lock.exists()  # not main's to remove
+    again = _ns_worker(agent, ns, "t1", start=1000)
+    assert again.stdout is not None and again.stdout.readline() == "ready\n"
+    line = again.stdout.readline()
+    again.kill()
+    again.communicate(timeout=30)
+    assert line.startswith("1000 "), line
+    assert_fsck_clean(agent / "state")
