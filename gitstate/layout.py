@@ -119,6 +119,8 @@ REFUSALS_FAILED_FILE = "gitstate-refusals.failed"  # refusals that could not be 
 RUN_LOCK_FILE = "gitstate-run-{run}.flock"  # one run ledger's lock (ledger.py, runsync.py)
 RUN_CACHE_DIR = "gitstate-run-cache"  # + <run>.json: a run's parsed head (ledger.py)
 THREAD_LOCK_FILE = "gitstate-thread-{digest}.flock"  # one LangGraph thread's lock
+THREAD_JOURNAL_FILE = "gitstate-thread-{digest}.pending"  # its pending writes (lgjournal)
+THREAD_INDEX_FILE = "gitstate-threads.idx"  # the checkpoint index of all threads (lgindex)
 PRE_COMMIT_HOOK = "hooks/pre-commit"  # installed by init (githooks.py)
 EXCLUDE_FILE = "info/exclude"  # names the projection and temporary files (store/base.py)
 
@@ -157,6 +159,8 @@ WRITTEN_FILES: dict[str, str] = {
     _GIT + RUN_LOCK_FILE: "in_place",
     _GIT + RUN_CACHE_DIR + "/{run}.json": "replace",
     _GIT + THREAD_LOCK_FILE: "in_place",
+    _GIT + THREAD_JOURNAL_FILE: "in_place",
+    _GIT + THREAD_INDEX_FILE: "in_place",
     _GIT + PRE_COMMIT_HOOK: "replace",
     _GIT + EXCLUDE_FILE: "replace",
 }

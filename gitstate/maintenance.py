@@ -36,6 +36,26 @@ def maybe_start(store: GitStore, agent_dir: Path, config: Config, commit: str) -
     if not config.auto_gc or (store.pack_count() <= PACKS_BEFORE_GC and
                               store.loose_estimate(objects) < config.gc_loose_objects):
         return False
+    return _spawn(store, agent_dir)
+
+
+def maybe_repack(store: GitStore, agent_dir: Path, config: Config, threshold: int) -> bool:
+    """For writers whose packs are folded inline (LangGraph threads: no loose objects,
+    few packs): start background maintenance once the packs beside the largest one hold
+    more than ``threshold`` bytes. Those are written whole, without deltas; git's repack
+    stores each file's versions as deltas against each other (the checkpointer names a
+    channel's file the same in every commit for that), so disk stays linear in the
+    number of commits."""
+    if not config.auto_gc:
+        return False
+    sizes = sorted(store.pack_sizes().values())
+    if sum(sizes[:-1]) <= threshold:
+        return False
+    return _spawn(store, agent_dir)
+
+
+def _spawn(store: GitStore, agent_dir: Path) -> bool:
+    """Start one detached ``gitstate gc --auto`` (none when one runs already)."""
     pid_path = store.git_dir / PID_FILE
     if not _claim(pid_path, write_pid=False):  # empty until the child's pid is known
         return False

@@ -3,7 +3,8 @@
 The log lists a thread's commits newest first (checkpoints with their step, source, parent
 and run; tombstones of deleted runs and prunes), straight from the thread ref's trailers.
 show and diff decode checkpoints through the checkpointer itself (gitstate/langgraph.py, so
-LangGraph's serde), and name the channels a checkpoint changed: the blobs its commit added.
+LangGraph's serde), and name the channels a checkpoint changed (channel files whose blob
+its commit changed).
 Values are shown as JSON where they are JSON, else as their text form.
 """
 
@@ -85,12 +86,7 @@ def show(agent_dir: Any, thread: str, rev: str | None, ns: str = "") -> dict[str
         cid = tup.config["configurable"]["checkpoint_id"]
         head = saver.store.ref(saver.ref_name(thread, ns, "checkpoints"))
         commit = next(c for c, i, _ in saver.visible(head or "") if i == cid)
-        parents = saver.store.parents(commit)
-        mine = saver.store.tree_files(commit, "blobs")
-        before = saver.store.tree_files(parents[0], "blobs") if parents else {}
-        from .langgraph import dec
-
-        changed = sorted({dec(p.split("/")[0]) for p in mine if p not in before})
+        changed = saver.changed_channels(commit)
         return {"thread": thread, "namespace": ns, "checkpoint": cid, "commit": commit,
                 "parent_checkpoint": (tup.parent_config or {}).get("configurable", {})
                 .get("checkpoint_id"), "metadata": _plain(dict(tup.metadata)),

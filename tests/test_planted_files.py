@@ -80,6 +80,18 @@ def _thread(agent: Path) -> None:
                   empty_checkpoint(), {"source": "input", "step": -1}, {})
 
 
+def _thread_writes(agent: Path) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from gitstate.langgraph import GitCheckpointSaver
+
+    with GitCheckpointSaver(agent) as saver:
+        stored = saver.put({"configurable": {"thread_id": THREAD, "checkpoint_ns": ""}},
+                           empty_checkpoint(), {"source": "input", "step": -1}, {})
+        saver.put_writes(stored, [("k", 1)], "task-1")
+        saver.put(stored, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+
+
 def _gc(agent: Path) -> None:
     with StateRepo(agent) as repo:
         maintenance.run_gc(repo.reader)
@@ -161,6 +173,8 @@ OPERATIONS: dict[str, Callable[[Path], None]] = {
     "state/.git/" + layout.RUN_LOCK_FILE: _run_event,
     "state/.git/" + layout.RUN_CACHE_DIR + "/{run}.json": _run_event,
     "state/.git/" + layout.THREAD_LOCK_FILE: _thread,
+    "state/.git/" + layout.THREAD_JOURNAL_FILE: _thread_writes,
+    "state/.git/" + layout.THREAD_INDEX_FILE: _thread,
     "state/.git/" + layout.PRE_COMMIT_HOOK: _init_again,
     "state/.git/" + layout.EXCLUDE_FILE: _init_again,
 }

@@ -349,7 +349,7 @@ class RepoBase:
         return tuple(p.decode() for p in self._commit(commit).parents)
 
     def _remember(self, commit: str, parents: tuple[str, ...], ids: dict[str, str]) -> None:
-        if len(self._known) >= 8:
+        if len(self._known) >= 512:  # a checkpointer writes many threads in turn
             self._known.pop(next(iter(self._known)))
         self._known[commit] = (parents, ids)
 

@@ -48,6 +48,10 @@ class PackOps(RepoBase):
                 pass
             yield
 
+    def pack_sizes(self) -> dict[str, int]:
+        """Complete packs and their sizes in bytes."""
+        return packwrite.pack_sizes(self.git_dir / "objects" / "pack")
+
     def pack_count(self) -> int:
         return len(packwrite.pack_names(self.git_dir / "objects" / "pack"))
 

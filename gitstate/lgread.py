@@ -1,0 +1,213 @@
+"""Reading LangGraph checkpoint threads: refs, the checkpoint index, checkpoints and their
+pending writes, in the layout of gitstate/lgformat.py and the earlier one (a mixin of
+GitCheckpointSaver, gitstate/langgraph.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, writes_sort_key
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from . import layout, lgjournal
+from .lgformat import (
+    CHANNEL,
+    EMPTY,
+    PREFIX,
+    WRITES_FILE,
+    channel_file,
+    dec,
+    enc,
+    parse_trailers,
+    trailer_json,
+    untyped,
+)
+from .lgindex import CheckpointIndex, Entry, RefEntries
+from .lgjournal import Journal, Write
+
+if TYPE_CHECKING:
+    from .store import GitStore
+
+
+class ThreadReads:
+    """What reading a thread needs: the store, LangGraph's serde, the checkpoint index."""
+
+    store: GitStore
+    serde: SerializerProtocol
+    index: CheckpointIndex
+    _latest_at: dict[str, str | None]  # commit -> its Gitstate-Latest
+
+    # -- refs, locks, journals, the index -------------------------------------------------
+
+    @staticmethod
+    def ref_name(thread_id: str, ns: str, kind: str) -> str:
+        return f"{PREFIX}{enc(thread_id)}/{enc(ns)}/{kind}"
+
+    @staticmethod
+    def _digest(thread_id: str) -> str:
+        return hashlib.sha256(thread_id.encode()).hexdigest()[:24]
+
+    def _journal(self, thread_id: str) -> Journal:
+        return Journal(self.store.git_dir / layout.THREAD_JOURNAL_FILE.format(
+            digest=self._digest(thread_id)))
+
+    def _namespaces(self, thread_id: str) -> dict[str, str]:
+        """ns -> checkpoints head of one thread."""
+        out = {}
+        for name, head in self.store.refs_under(f"{PREFIX}{enc(thread_id)}/").items():
+            ns_part, _, kind = name.rpartition("/")
+            if kind == "checkpoints":
+                out[dec(ns_part)] = head
+        return out
+
+    def _all_refs(self) -> dict[tuple[str, str], str]:
+        """(thread, ns) -> checkpoints head, of every thread."""
+        out = {}
+        for name, head in self.store.refs_under(PREFIX).items():
+            parts = name.split("/")
+            if len(parts) == 3 and parts[2] == "checkpoints":
+                out[(dec(parts[0]), dec(parts[1]))] = head
+        return out
+
+    def _threads(self) -> list[str]:
+        return sorted({thread for thread, _ in self._all_refs()})
+
+    def _entries(self, thread_id: str, ns: str, head: str) -> RefEntries:
+        """The index's entries of a ref at ``head``, read from git again when the index
+        does not know that head."""
+        ref = self.ref_name(thread_id, ns, "checkpoints")
+        known = self.index.refs.get(ref)
+        if known is None or known.head != head:
+            self.index.refresh()
+            known = self.index.refs.get(ref)
+        if known is not None and known.head == head:
+            return known
+        entries = self._scan(head)
+        self.index.reset(ref, thread_id, ns, head, entries)
+        fresh = RefEntries(thread_id, ns, head)
+        fresh.add(entries)
+        return self.index.refs.get(ref) or fresh
+
+    def _scan(self, head: str) -> list[Entry]:
+        """A ref's entries from its history, oldest first: the checkpoints a reader sees
+        (tombstones hide deleted runs and pruned checkpoints), and every commit that carries
+        pending writes."""
+        out = []
+        deleted: set[str] = set()
+        keep: set[str] | None = None
+        for info in self.store.walk(head):
+            fields = parse_trailers(info.message)
+            writes_for = tuple(str(c) for c in trailer_json(fields, "Writes-For", info.id)) \
+                if "Writes-For" in fields and "Layout" in fields else ()
+            if "Delete-Runs" in fields:
+                deleted |= {str(r) for r in trailer_json(fields, "Delete-Runs", info.id)}
+            elif "Prune-Keep" in fields and keep is None:  # the newest prune decides
+                kept = trailer_json(fields, "Prune-Keep", info.id)
+                keep = {str(k) for k in (kept if isinstance(kept, list) else [kept])}
+            cid = str(trailer_json(fields, "Checkpoint", info.id)) \
+                if "Checkpoint" in fields else None
+            run = trailer_json(fields, "Run-Id", info.id) if "Run-Id" in fields else None
+            if cid is not None and ((keep is not None and cid not in keep) or
+                                    (run is not None and str(run) in deleted)):
+                cid = None
+            if cid is None and not writes_for:
+                continue
+            parent = json.loads(fields.get("Parent-Checkpoint", "null")) if cid else None
+            out.append(Entry(cid, info.id, parent, None if run is None else str(run), None,
+                             writes_for, 2 if "Layout" in fields else 1))
+        out.reverse()
+        return out
+
+    def visible(self, head: str) -> Iterator[tuple[str, str, dict[str, str]]]:
+        """(commit, checkpoint id, trailers) of the checkpoints a reader sees, newest
+        first."""
+        for entry in reversed(self._scan(head)):
+            if entry.checkpoint is not None:
+                yield entry.commit, entry.checkpoint, parse_trailers(
+                    self.store.commit_info(entry.commit).message)
+
+    def changed_channels(self, commit: str) -> list[str]:
+        """The channels whose value ``commit`` changed (from its git parent)."""
+        parents = self.store.parents(commit)
+        mine = self.store.file_ids(commit)
+        if "blobs" in mine:  # the earlier layout: a blob per version
+            now = self.store.tree_files(commit, "blobs")
+            old = self.store.tree_files(parents[0], "blobs") if parents else {}
+            return sorted({dec(p.split("/")[0]) for p in now if p not in old})
+        before = self.store.file_ids(parents[0]) if parents else {}
+        return sorted(dec(name[len(CHANNEL):]) for name, sha in mine.items()
+                      if name.startswith(CHANNEL) and before.get(name) != sha)
+
+    def _latest(self, head: str) -> str | None:
+        """The newest visible checkpoint id: recorded by each commit (``Gitstate-Latest``),
+        so finding it reads one commit (none, for a commit this saver made)."""
+        if head in self._latest_at:
+            return self._latest_at[head]
+        fields = parse_trailers(self.store.commit_info(head).message)
+        if "Latest" in fields:
+            latest = trailer_json(fields, "Latest", head)
+            found = str(latest) if latest else None
+        else:
+            found = max((cid for _, cid, _ in self.visible(head)), default=None)
+        if len(self._latest_at) > 4096:
+            self._latest_at.clear()
+        self._latest_at[head] = found
+        return found
+
+    def _tuple(self, state: RefEntries, entry: Entry) -> CheckpointTuple:
+        assert entry.checkpoint is not None
+        files = self.store.file_ids(entry.commit)
+        checkpoint: Checkpoint = self.serde.loads_typed(
+            untyped(self.store.blob(files["checkpoint"])))
+        metadata = self.serde.loads_typed(untyped(self.store.blob(files["metadata"])))
+        if entry.layout >= 2:
+            paths = {channel_file(ch): ch for ch in checkpoint["channel_versions"]}
+            found = {p: files[p] for p in paths if p in files}
+        else:
+            paths = {f"blobs/{enc(ch)}/{enc(str(v))}": ch
+                     for ch, v in checkpoint["channel_versions"].items()}
+            found = self.store.tree_paths(entry.commit, list(paths))
+        values: dict[str, Any] = {}
+        for path, sha in found.items():
+            raw = self.store.blob(sha)
+            if raw != EMPTY:
+                values[paths[path]] = self.serde.loads_typed(untyped(raw))
+        thread_id, ns = state.thread, state.ns
+        return CheckpointTuple(
+            config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
+                                     "checkpoint_id": entry.checkpoint}},
+            checkpoint={**checkpoint, "channel_values": values},
+            metadata=metadata,
+            parent_config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
+                                            "checkpoint_id": entry.parent}}
+            if entry.parent else None,
+            pending_writes=self._writes(state, entry.checkpoint))
+
+    def _writes(self, state: RefEntries, cid: str) -> list[tuple[str, str, Any]]:
+        found: list[Write] = []
+        for commit in state.writes.get(cid, []):
+            sha = self.store.file_ids(commit).get(WRITES_FILE)
+            if sha is not None:
+                found += lgjournal.decode(self.store.blob(sha), torn_ok=False)
+        found += self._journal(state.thread).read()
+        found += self._writes_v1(state.thread, state.ns, cid)
+        rows = sorted((writes_sort_key(w.task_path, w.task_id, w.idx), w)
+                      for w in lgjournal.merge([w for w in found
+                                                if w.checkpoint == cid and w.ns == state.ns]))
+        return [(w.task_id, w.channel, self.serde.loads_typed((w.kind, w.value)))
+                for _, w in rows]
+
+    def _writes_v1(self, thread_id: str, ns: str, cid: str) -> list[Write]:
+        """Pending writes of a thread written by the earlier layout (a ``writes`` ref)."""
+        head = self.store.ref(self.ref_name(thread_id, ns, "writes"))
+        out: list[Write] = []
+        for sha in (self.store.tree_files(head, enc(cid)).values() if head else ()):
+            header, _, body = self.store.blob(sha).partition(b"\n")
+            meta = json.loads(header)
+            kind, value = untyped(body)
+            out.append(Write(cid, ns, meta["task_id"], meta["task_path"], meta["channel"],
+                             int(meta["idx"]), kind, value))
+        return out
