@@ -18,7 +18,7 @@ from urllib.parse import unquote
 from . import layout, rules, secretscan
 from .errors import StoreError
 
-PREFIX = "refs/gitstate/threads/"
+PREFIX = layout.THREADS_PREFIX
 ARCHIVE = layout.THREADS_ARCHIVE_PREFIX
 LAYOUT = 2  # the ``Gitstate-Layout`` of commits written now; without it: 1 (blobs/ trees)
 CHANNEL = "channel."
