@@ -106,3 +106,106 @@ def text_of(request: dict[str, Any]) -> str:
     """Everything a request shows the model, as one string (prompt, injected context,
     function responses)."""
     return json.dumps(request.get("contents") or [], ensure_ascii=False)
+
+
+class FakeAnthropic:
+    """The Messages API as Claude Code calls it (``POST /v1/messages``, streamed). Requests
+    that declare gitstate's tools take the script's next step; a turn that began before the
+    server connected calls Claude Code's WaitForMcpServers first, as a model would; the
+    host's side requests (titles, quota probes) get a plain text."""
+
+    def __init__(self, script: list[dict[str, Any]]) -> None:
+        self.script = list(script)
+        self.turns: list[dict[str, Any]] = []
+        self.other: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                request = json.loads(body or b"{}")
+                blocks = fake.answer(request)
+                if request.get("stream"):
+                    data = b"".join(_sse(kind, payload) for kind, payload in _events(blocks))
+                    ctype = "text/event-stream"
+                else:
+                    data = json.dumps(_message(blocks)).encode()
+                    ctype = "application/json"
+                self.send_response(200)
+                self.send_header("content-type", ctype)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self.send_response(404)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def answer(self, request: dict[str, Any]) -> list[dict[str, Any]]:
+        names = [t.get("name", "") for t in request.get("tools") or []]
+        if not any(n.startswith("mcp__gitstate__") for n in names):
+            with self.lock:
+                self.other.append(request)
+            if "WaitForMcpServers" in names:  # the turn began before the server connected
+                return [{"type": "tool_use", "id": f"toolu_wait{len(self.other)}",
+                         "name": "WaitForMcpServers", "input": {"servers": ["gitstate"]}}]
+            return [{"type": "text", "text": "ok"}]
+        with self.lock:
+            self.turns.append(request)
+            step = self.script.pop(0) if self.script else {"text": "done"}
+        if "call" in step:
+            return [{"type": "tool_use", "id": f"toolu_{len(self.turns)}",
+                     "name": f"mcp__gitstate__{step['call']}", "input": step["args"]}]
+        return [{"type": "text", "text": step["text"]}]
+
+    def __enter__(self) -> FakeAnthropic:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _message(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    stop = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"
+    return {"id": "msg_fake", "type": "message", "role": "assistant", "model": "fake",
+            "content": blocks, "stop_reason": stop, "stop_sequence": None,
+            "usage": {"input_tokens": 1, "output_tokens": 1}}
+
+
+def _events(blocks: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """A message as the stream of events the Messages API sends."""
+    message = _message(blocks)
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start",
+                           "message": {**message, "content": [], "stop_reason": None}})]
+    for i, block in enumerate(blocks):
+        if block["type"] == "text":
+            start = {"type": "text", "text": ""}
+            delta = {"type": "text_delta", "text": block["text"]}
+        else:
+            start = {**block, "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+        events += [("content_block_start",
+                    {"type": "content_block_start", "index": i, "content_block": start}),
+                   ("content_block_delta",
+                    {"type": "content_block_delta", "index": i, "delta": delta}),
+                   ("content_block_stop", {"type": "content_block_stop", "index": i})]
+    events += [("message_delta", {"type": "message_delta",
+                                  "delta": {"stop_reason": message["stop_reason"],
+                                            "stop_sequence": None},
+                                  "usage": {"output_tokens": 1}}),
+               ("message_stop", {"type": "message_stop"})]
+    return events
+
+
+def _sse(kind: str, payload: dict[str, Any]) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps(payload)}\n\n".encode()

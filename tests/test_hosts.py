@@ -1,12 +1,16 @@
 """Real agent hosts start gitstate's MCP server from the configurations in examples/ and
 connect, without a model or a login: Claude Code (`claude mcp list`, after the approval a
 project's .mcp.json needs), Gemini CLI (`gemini mcp list`, in a trusted folder) and Codex CLI
-(its app-server, which `codex mcp list` never starts). The facts docs/mcp.md reports."""
+(its app-server, which `codex mcp list` never starts). Claude Code and Gemini CLI then run a
+whole turn against a scripted model on their own API (tests/fake_model.py): what the hooks
+inject and what a refusal looks like are read where the model reads them. The facts
+docs/mcp.md reports."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +24,8 @@ from tests.helpers import npm_ci
 ROOT = Path(__file__).resolve().parent.parent
 HOSTS = ROOT / "tests" / "js" / "hosts"
 pytest.importorskip("mcp")
+TOOLS = ("working_state_set", "working_state_clear", "working_state_handoff",
+         "working_state_get", "run_get", "run_propose")
 
 
 @pytest.fixture(scope="session")
@@ -135,9 +141,7 @@ def test_codex_app_server_lists_the_tools(hosts: Path,
     assert status is not None and "result" in status, status
     server = next(s for s in status["result"]["data"] if s["name"] == "gitstate")
     assert server["serverInfo"]["name"] == "gitstate" and server["serverInfo"]["version"]
-    assert set(server["tools"]) == {"working_state_set", "working_state_clear",
-                                    "working_state_handoff", "working_state_get",
-                                    "run_get", "run_propose"}
+    assert set(server["tools"]) == set(TOOLS)
 
 
 def _gemini_env(env: dict[str, str], url: str) -> dict[str, str]:
@@ -151,6 +155,68 @@ def _gemini_env(env: dict[str, str], url: str) -> dict[str, str]:
             "GEMINI_CLI_TRUST_WORKSPACE": "true", "NO_COLOR": "1"}
 
 
+STALE = {"key": "stop_loss.2317", "value": 250, "reason": "tighten the stop",
+         "expected_value": 999}
+SCRIPT = [{"call": "working_state_set", "args": STALE},
+          {"call": "working_state_set", "args": {**STALE, "expected_value": 262}},
+          {"text": "stop tightened to 250"}]
+"""One scripted turn for every host: a compare-and-swap against a stale value (refused),
+the retry against what HEAD holds (written), a closing text."""
+
+
+def _install(host: str, proj: Path, env: dict[str, str]) -> None:
+    subprocess.run(["git", "init", "-q", str(proj)], check=True)
+    out = _run([sys.executable, "-m", "gitstate", "--agent-dir", ".agent", "install", host],
+               proj, env)
+    assert out.returncode == 0, out.stderr
+
+
+def _assert_the_turn(proj: Path, first: str, refused: str, done: str) -> None:
+    """What the model saw at each step, and what the state holds after."""
+    assert "stop_loss.2317 = 262" in first  # the section, put there by the hooks
+    for part in ("cas.mismatch", "HEAD holds 262", "next:", "expected_value set to the "
+                 "current value (262)"):  # the refusal as the model read it
+        assert part in refused, refused
+    assert re.search(r'"ok":\s*true', done.replace('\\"', '"'))  # the success it read
+    with StateRepo(proj / ".agent") as repo:
+        entry = repo.state().keys["stop_loss.2317"]
+    assert (entry.value, entry.actor, entry.reason) == (250, "agent", "tighten the stop")
+    log = subprocess.run(["git", "-C", str(proj / ".agent" / "state"), "log", "-1",
+                          "--format=%B"], capture_output=True, text=True, check=True)
+    assert "tighten the stop" in log.stdout  # the commit message is the reason
+
+
+@pytest.mark.slow
+def test_claude_code_turn_injects_the_section_and_reads_the_refusal(
+        hosts: Path, project: tuple[Path, dict[str, str]]) -> None:
+    """`gitstate install claude-code` in a trusted folder; a whole `claude -p` turn against
+    a scripted Messages API: the SessionStart and UserPromptSubmit hooks put the section in
+    front of the model, Claude Code's own MCP client hands the refusal back as a tool result
+    the model can act on, and the retry commits as the agent."""
+    from tests.fake_model import FakeAnthropic
+
+    proj, env = project
+    _install("claude-code", proj, env)
+    state = Path(env["HOME"]) / ".claude.json"
+    data = json.loads(state.read_text()) if state.exists() else {}
+    data["projects"] = {str(proj): {"hasTrustDialogAccepted": True}}
+    state.write_text(json.dumps(data))
+    with FakeAnthropic(SCRIPT) as model:
+        out = _run([str(hosts / "claude"), "-p", "tighten my stop loss", "--allowedTools",
+                    "mcp__gitstate__working_state_set"], proj,
+                   {**env, "ANTHROPIC_API_KEY": "sk-ant-not-a-key",
+                    "ANTHROPIC_BASE_URL": model.url, "DISABLE_AUTOUPDATER": "1",
+                    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+                    "ENABLE_TOOL_SEARCH": "false"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "stop tightened to 250" in out.stdout
+    assert len(model.turns) == 3, [json.dumps(t)[-300:] for t in model.turns]
+    first, refused, done = (json.dumps(t, ensure_ascii=False) for t in model.turns)
+    _assert_the_turn(proj, first, refused, done)
+    declared = {t["name"] for t in model.turns[0]["tools"]}
+    assert {f"mcp__gitstate__{n}" for n in TOOLS} <= declared
+
+
 @pytest.mark.slow
 def test_gemini_turn_injects_the_section_and_reads_the_refusal(
         hosts: Path, project: tuple[Path, dict[str, str]]) -> None:
@@ -161,30 +227,12 @@ def test_gemini_turn_injects_the_section_and_reads_the_refusal(
     from tests.fake_model import FakeGemini, short, text_of
 
     proj, env = project
-    subprocess.run(["git", "init", "-q", str(proj)], check=True)
-    installed = _run([sys.executable, "-m", "gitstate", "--agent-dir", ".agent", "install",
-                      "gemini"], proj, env)
-    assert installed.returncode == 0, installed.stderr
-    stale = {"key": "stop_loss.2317", "value": 250, "reason": "tighten the stop",
-             "expected_value": 999}
-    script = [{"call": "working_state_set", "args": stale},
-              {"call": "working_state_set", "args": {**stale, "expected_value": 262}},
-              {"text": "stop tightened to 250"}]
-    with FakeGemini(script) as model:
+    _install("gemini", proj, env)
+    with FakeGemini(SCRIPT) as model:
         out = _run([str(hosts / "gemini"), "-p", "tighten my stop loss", "--yolo"], proj,
                    _gemini_env(env, model.url))
     assert out.returncode == 0, out.stdout + out.stderr
     assert "stop tightened to 250" in out.stdout
     first, refused, done = (text_of(t) for t in model.turns[:3])
-    assert "stop_loss.2317" in first and "262" in first  # the section, by the hooks
-    assert {"working_state_set", "working_state_get", "run_propose"} <= {
-        short(n) for n in FakeGemini.declared(model.turns[0])}
-    assert "cas.mismatch" in refused and "262" in refused  # the refusal the model read
-    assert "next" in refused
-    with StateRepo(proj / ".agent") as repo:
-        entry = repo.state().keys["stop_loss.2317"]
-    assert (entry.value, entry.actor, entry.reason) == (250, "agent", "tighten the stop")
-    log = subprocess.run(["git", "-C", str(proj / ".agent" / "state"), "log", "-1",
-                          "--format=%B"], capture_output=True, text=True, check=True)
-    assert "tighten the stop" in log.stdout  # the commit message is the reason
-    assert "stop_loss.2317" in done and "250" in done  # the success the model read
+    _assert_the_turn(proj, first, refused, done)
+    assert set(TOOLS) <= {short(n) for n in FakeGemini.declared(model.turns[0])}
