@@ -242,7 +242,21 @@ def verify(repo: StateRepo, use_git: bool = True) -> list[Check]:
     except StoreError as exc:
         checks.append(Check("history-readable", False, exc.message,
                             "restore the damaged objects (see `objects`) from a mirror"))
-    return checks + _side_ref_checks(repo)
+    return checks + _side_ref_checks(repo) + [remote_lock_check(repo)]
+
+
+def remote_lock_check(repo: StateRepo) -> Check:
+    """A path remote's ref locks that a killed push left (git never removes another
+    process's lock; every later push of that ref is refused as ``remote.locked``)."""
+    from .store.pushes import stale_remote_locks
+
+    url = repo.store.remote_url()
+    locks = stale_remote_locks(url) if url else []
+    return Check("remote-locks", not locks, ", ".join(str(p) for p in locks[:5]),
+                 "a push to the remote was killed inside git's receive-pack and left these; "
+                 "if no push is running, remove them (" + " ".join(
+                     f"`rm '{p}'`" for p in locks[:5]) + "), then `gitstate push`"
+                 if locks else "")
 
 
 def _side_ref_checks(repo: StateRepo) -> list[Check]:
@@ -385,9 +399,10 @@ def _tail_checks(repo: StateRepo, head: str, mark: Mark,
         "" if status.clean else ("hand-edited: " + ", ".join(
             name + (f" (no valid state: {why})" if why else "") for name, why in
             ((n, dict(status.invalid).get(n, "")) for n in status.hand_edited))
-                                 if status.hand_edited else "left behind by a killed write"),
+                                 if status.hand_edited else _leftover(repo, head)),
         "" if status.clean else ("`gitstate adopt --reason ...` or `gitstate adopt --discard`"
-                                 if status.hand_edited else "any write repairs it")))
+                                 if status.hand_edited else "`gitstate pull` or any write "
+                                 "finishes the checkout")))
 
     try:
         repo.projection.missing(repo.store, head, mark.last)
@@ -399,6 +414,14 @@ def _tail_checks(repo: StateRepo, head: str, mark: Mark,
                         "`git reflog` and a mirror, then `gitstate history --rebuild` to accept"
                         if rewritten else ""))
     return checks
+
+
+def _leftover(repo: StateRepo, head: str) -> str:
+    stamp = repo.store.stamp()
+    if stamp is None or stamp[0] == head:
+        return "left behind by a killed write"
+    return (f"still commit {stamp[0][:12]}'s files, not HEAD's ({head[:12]}): a pull, push "
+            "or write was killed after main moved and before its checkout (not a hand edit)")
 
 
 def stray_check(state_dir: Path) -> Check:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import locking
+from . import faults, locking
 from .errors import Refused
 from .layout import BRANCH, RUN_LOCK_FILE
 from .runcheck import replay_problems
@@ -54,6 +54,7 @@ def push(store: GitStore, url: str,
         if seen != head:
             updates[PREFIX + name] = (seen, head)
     refused = store.push_refs(url, updates) if updates else {}
+    faults.hit("push.runs_sent")
     pushed = []
     with lock():
         for ref, (seen, head) in updates.items():
@@ -118,6 +119,7 @@ def pull(store: GitStore, url: str,
                         out["diverged"].append(name)  # an event was recorded here meanwhile
                         continue
                     store.move_ref(PREFIX + name, mine, head)
+                faults.hit("pull.runs_moved")
                 store.move_ref(TRACKING + name, store.ref(TRACKING + name), head)
                 out["pulled"].append(name)
     return out

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from . import approvals, foreign, layout
+from . import approvals, faults, foreign, layout
 from .engine import Commit, WriteEngine
 from .errors import GitStateError, Refused, StoreError, UsageError
 from .layout import BRANCH, REMOTE_REF, SCHEMA_FILE, STATE_DIR, STATE_FILE
@@ -101,10 +101,11 @@ class Remote:
             local, lease = self.reader.head(), self.store.ref(REMOTE_REF)
             if local == lease:
                 result.action = "rebased" if result.rebased or result.refused \
-                    else "up-to-date"
+                    else "push" if result.pushed else "up-to-date"
                 result.head = result.remote = local
                 return result
             if _network("push", self.store.push, url, lease, local):
+                faults.hit("push.remote_moved")
                 with self.engine.locked():
                     self.store.move_ref(REMOTE_REF, lease, local)
                 result.pushed += sum(1 for _ in self.store.walk(local, lease))
@@ -130,12 +131,26 @@ class Remote:
                     if remote is not None:
                         check(got.store, remote)
                         got.take()
+                        published = self._published(lease, remote, local)
+                        if published is not None:  # an earlier push, cut short, sent them
+                            result.pushed += sum(1 for _ in self.store.walk(published, lease))
+                            self.store.move_ref(REMOTE_REF, lease, published)
+                            continue
                     rebased, refused, kept = self._rebase(lease, remote, local)
                     result.rebased += rebased
                     result.refused += refused
                     result.kept_on = result.kept_on or kept
                     self.store.move_ref(REMOTE_REF, lease, remote)
         raise StoreError("the remote kept moving; try again", rule="remote.contention")
+
+    def _published(self, lease: str | None, remote: str, local: str) -> str | None:
+        """The newest local commit since ``lease`` that the remote's main already holds
+        (by object id), or None. A push killed after the remote's main moved but before
+        the lease did leaves its commits there: they are recognised, not re-applied as
+        changes (each would conflict with itself), and the lease moves up to them."""
+        theirs = {info.id for info in self.store.walk(remote, lease)}
+        return next((info.id for info in self.store.walk(local, lease) if info.id in theirs),
+                    None)
 
     def _rebase(self, lease: str | None, remote: str | None,
                 local: str) -> tuple[int, list[dict[str, Any]], str | None]:
@@ -191,6 +206,7 @@ class Remote:
         new_head = base or local
         if not store.move_ref(BRANCH, local, new_head):
             raise StoreError("main moved during the rebase", rule="store.contention")
+        faults.hit("push.rebased")
         store.checkout(new_head)
         self.reader.projection.rebuild(store, new_head)
         return applied, refused, kept
@@ -269,6 +285,9 @@ class Remote:
         url = self.url()
         with self.store.incoming(url, ("main",), action="pull") as got, \
                 self.engine.locked():
+            # an earlier pull or push killed before its checkout is finished first (a hand
+            # edit is moved aside, never overwritten)
+            self.tree.recover(False)
             local = self.reader.head()
             lease = self.store.ref(REMOTE_REF)
 
@@ -303,6 +322,7 @@ class Remote:
                 result.action = "ahead"
                 return result
             self._move_main(local, remote, lease, "the pull")
+            faults.hit("pull.main_moved")
             self.tree.refresh(remote)
             result.action, result.head = "fast-forward", remote
             result.pulled = sum(1 for _ in self.store.walk(remote, local))

@@ -28,7 +28,7 @@ from .base import BRANCH, ZERO, CommitInfo, WorktreeStatus
 from .commits import CommitOps
 from .fs import atomic_write, git_blob_id, ref_names
 from .packs import PackOps
-from .transport import TransportOps
+from .pushes import PushOps
 from .trees import TreeOps
 from .worktree import WorktreeOps
 
@@ -36,5 +36,5 @@ __all__ = ["BRANCH", "ZERO", "CommitInfo", "GitStore", "WorktreeStatus", "atomic
            "git_blob_id", "ref_names"]
 
 
-class GitStore(WorktreeOps, TransportOps, PackOps, TreeOps, CommitOps):
+class GitStore(WorktreeOps, PushOps, PackOps, TreeOps, CommitOps):
     """One state repository (``<agent dir>/state``, or a bare server repository)."""

@@ -1,4 +1,4 @@
-"""Remotes: the URL, fetch into a quarantine, push with a lease.
+"""Remotes: the URL and fetch into a quarantine (push with a lease: ``pushes``).
 
 What a remote sends is untrusted from its first byte (docs/security.md, "What arrives from
 a remote"). A fetch (:meth:`TransportOps.incoming`):
@@ -43,7 +43,6 @@ from .fs import created_dirs, fsync_file
 from .packindex import PackBounds, PackSink, index_pack
 from .wire import Clock, Deadlines, client_for, is_timeout
 
-_HOOK_TEXT_MAX = 4000
 _NEW_REF_SETTINGS = {"runs": "pull_max_new_runs", "journals": "pull_max_new_journals"}
 
 
@@ -67,7 +66,7 @@ class Incoming:
     take: Callable[[], None]  # move the objects in (lock held, checks passed)
 
 
-def _unreachable(action: str, exc: BaseException) -> StoreError:
+def unreachable(action: str, exc: BaseException) -> StoreError:
     hint = ""
     if "CERTIFICATE_VERIFY_FAILED" in str(exc):
         hint = (". The server's certificate is not trusted: name its CA as git does, with "
@@ -126,7 +125,7 @@ def _namespaces_of(names: tuple[str, ...]) -> Callable[[str], bool]:
 
 
 class TransportOps(RepoBase):
-    """Remotes: the URL, fetch into a quarantine, push with a lease."""
+    """Remotes: the URL and fetch into a quarantine (push with a lease: ``pushes``)."""
 
     limits = Limits()
 
@@ -197,7 +196,7 @@ class TransportOps(RepoBase):
             except Exception as exc:  # dulwich, urllib3, sockets: every one named
                 if is_timeout(exc):
                     raise clock.timeout("stall") from exc
-                raise _unreachable(action, exc) from exc
+                raise unreachable(action, exc) from exc
             yield Incoming(quarantine, refs, lambda: self._take_objects(quarantine))
 
     def _receive(self, url: str, quarantine: Self, namespaces: tuple[str, ...],
@@ -327,113 +326,6 @@ class TransportOps(RepoBase):
                     touched |= {str(dst.parent)} | created
         self._fsync_dirs(touched)
         self.close_headers()
-
-    # -- push -----------------------------------------------------------------------------
-
-    def _send(self, url: str, action: str, choose: Callable[[dict[str, str]],
-                                                             dict[str, str | None]]
-              ) -> tuple[dict[str, str | None], str]:
-        """One push: ``choose(remote refs)`` returns ``{name: new id}`` to send (after the
-        names were checked); returns the refused names with the remote's status, and what
-        the remote's hooks printed (sideband 2), cleaned for display."""
-        clock = Clock(self.limits.deadlines, action)
-        said = bytearray()
-
-        def progress(data: bytes) -> None:
-            clock.check()
-            if len(said) < _HOOK_TEXT_MAX:
-                said.extend(data[:_HOOK_TEXT_MAX - len(said)])
-
-        def update_refs(refs: Mapping[Ref, ObjectID]) -> dict[Ref, ObjectID]:
-            remote = check_advertised(refs, action)
-            out = {}
-            for name, new in choose(remote).items():
-                problem = layout.ref_name_problem(name)
-                if problem is not None:
-                    raise StoreError(f"{action}: {name!r} is not a ref to push: {problem}",
-                                     rule="store.bad_ref_name")
-                out[Ref(name.encode())] = ObjectID(new.encode()) if new else ZERO
-            return out
-
-        def pack(have: Any, want: Any, *, ofs_delta: bool = False,
-                 progress: Any = None) -> Any:
-            return self.repo.object_store.generate_pack_data(have, want, ofs_delta=ofs_delta)
-
-        try:
-            client, path = client_for(url, self._http_config(), clock, push=True)
-            result = client.send_pack(path.encode(), update_refs, pack, progress=progress)
-        except GitStateError:
-            raise
-        except Exception as exc:
-            if is_timeout(exc):
-                raise clock.timeout("stall") from exc
-            raise _unreachable(action, exc) from exc
-        statuses = {ref.decode("utf-8", "replace"): status
-                    for ref, status in (result.ref_status or {}).items()}
-        return statuses, _hook_text(bytes(said))
-
-    def push_refs(self, url: str, updates: dict[str, tuple[str | None, str]]) -> dict[str, str]:
-        """Move each remote ref ``name`` from its lease to ``new`` (``{name: (lease, new)}``)
-        in one push; returns ``{name: why}`` for those not moved (the remote moved on, or
-        its hook refused: then with what the hook said)."""
-        moved: dict[str, str] = {}
-
-        def choose(remote: dict[str, str]) -> dict[str, str | None]:
-            out: dict[str, str | None] = {}
-            for name, (lease, new) in updates.items():
-                current = remote.get(name)
-                if current == new:
-                    continue
-                if current != lease:
-                    moved[name] = "the remote's ref moved on: pull first"
-                    continue
-                out[name] = new
-            return out
-
-        statuses, said = self._send(url, "push", choose)
-        for ref, status in statuses.items():
-            if status is not None:
-                moved[ref] = f"the remote refused it: {status}" + (
-                    f"; the remote said: {said}" if said else "")
-        return moved
-
-    def push(self, url: str, lease: str | None, new: str) -> bool:
-        """Move the remote's main from ``lease`` to ``new``, only if it still is ``lease``
-        (the server's receive-pack checks the old value too). False when it moved on; a
-        refusal by the remote's hooks is a StoreError carrying what they printed."""
-        seen = {"moved": False}
-
-        def choose(remote: dict[str, str]) -> dict[str, str | None]:
-            if remote.get(layout.BRANCH) != lease:
-                seen["moved"] = True
-                return {}
-            return {layout.BRANCH: new}
-
-        statuses, said = self._send(url, "push", choose)
-        if seen["moved"]:
-            return False
-        status = statuses.get(layout.BRANCH)
-        if status is None:
-            return True
-        if "hook" in status or "denied" in status:
-            raise StoreError(f"the remote refused the push: {status}" + (
-                f"; the remote said: {said}" if said else ""), rule="remote.refused",
-                remote_said=said)
-        return False  # the ref moved between the advertisement and the update: a lost race
-
-
-def _hook_text(data: bytes) -> str:
-    """What the remote printed, as plain visible text: its own lines (``remote:`` prefixes
-    and progress meters dropped), control characters shown escaped."""
-    from ..textsafe import visible
-
-    lines = []
-    for raw in data.replace(b"\r", b"\n").split(b"\n"):
-        line = raw.decode("utf-8", "replace").strip()
-        if line and not line.startswith(("Counting", "Compressing", "Writing", "Total")):
-            lines.append(visible(line))
-    return " | ".join(lines)[:_HOOK_TEXT_MAX]
-
 
 def limits_for(config: Config) -> Limits:
     """config.toml's transfer settings as the store's :class:`Limits`."""

@@ -58,10 +58,7 @@ class WorktreeOps(RepoBase):
     def worktree_matches_stamp(self, commit: str) -> bool:
         """The cheap check (the render fast path's): the stamp names ``commit`` and the
         working tree file hashes to the stamped blob."""
-        try:
-            stamp = layout.parse_stamp(safefile.read_regular(self.git_dir / STAMP_FILE, 256))
-        except OSError:
-            return False
+        stamp = self.stamp()
         if stamp is None:
             return False
         stamp_commit, blob, schema_blob = stamp
@@ -79,14 +76,18 @@ class WorktreeOps(RepoBase):
         parents = self.parents(commit)
         if parents:
             parent_ids = self.file_ids(parents[0])
+        checked_out = self._stamped_blobs()
         differing, damaged, invalid = [], [], []
         leftover = False
         for name, blob_id in ids.items():
             actual = file_blob_id(self.path / name)
             if actual == blob_id:
                 continue
-            if actual is None or actual == parent_ids.get(name):
-                leftover = True  # missing, or still the previous commit's file
+            if actual is None or actual in (parent_ids.get(name), checked_out.get(name)):
+                # missing, or still the previous commit's file, or still the file the last
+                # checkout wrote (a pull or a rebase killed after main moved, before its
+                # checkout: main may be many commits further)
+                leftover = True
             elif _damaged(self.path / name, [self.read_file(c, name) for c in
                                              (commit, *parents[:1])]):
                 leftover = True  # what a crash leaves of a file we wrote, never an edit
@@ -103,6 +104,21 @@ class WorktreeOps(RepoBase):
         leftover = leftover or bool(stray)
         return WorktreeStatus(not differing and not leftover, leftover, tuple(differing),
                               tuple(damaged), tuple(invalid))
+
+    def stamp(self) -> tuple[str, str, str] | None:
+        """What the last completed checkout wrote: (commit, state blob, schema blob or
+        "-"), or None when the stamp is missing or unreadable."""
+        try:
+            return layout.parse_stamp(safefile.read_regular(self.git_dir / STAMP_FILE, 256))
+        except OSError:
+            return None
+
+    def _stamped_blobs(self) -> dict[str, str]:
+        stamp = self.stamp()
+        if stamp is None:
+            return {}
+        _, blob, schema_blob = stamp
+        return {STATE_FILE: blob, **({SCHEMA_FILE: schema_blob} if schema_blob != "-" else {})}
 
     def remove_temp_files(self) -> None:
         for p in self.path.glob(".*.tmp"):
