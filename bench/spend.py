@@ -1,8 +1,11 @@
 """Spending an approval: ``spend_approval`` (the consume commit, then an empty body) on one
 machine, next to the same spend in remote-first mode, linearized through git daemon on
 loopback, with a plain local set as the yardstick. Medians, side by side in one run.
+With ``--cycles N``: N request/approve/spend cycles on one agent with the default caps (32
+live keys, 256 stored): every one must pass (finished approvals leave the key table), and
+the cycle time of the last hundred is set beside the first hundred's.
 
-    python bench/spend.py [--quick]
+    python bench/spend.py [--quick] [--cycles 10000]
 """
 
 from __future__ import annotations
@@ -38,10 +41,42 @@ def spends(repo: StateRepo, rounds: int) -> list[float]:
     return out
 
 
+def cycles(count: int) -> None:
+    """``count`` full cycles on one agent with the default caps; medians per hundred."""
+    root = Path(tempfile.mkdtemp(prefix="gitstate-cycles-bench-"))
+    try:
+        repo = StateRepo.init(root)
+        repo.set_schema(SCHEMA, "bench")
+        ms: list[float] = []
+        started = time.perf_counter()
+        for n in range(count):
+            start = time.perf_counter()
+            approval = repo.request_approval("refund", {"round": n}, "bench")
+            repo.approve(approval, "bench")
+            with repo.spend_approval(approval, "refund", {"round": n}):
+                pass
+            ms.append((time.perf_counter() - start) * 1000)
+        total = time.perf_counter() - started
+        keys = repo.state().keys
+        first, last = statistics.median(ms[:100]), statistics.median(ms[-100:])
+        print(f"{count} request/approve/spend cycles, default caps: all passed in {total:.0f} s")
+        print(f"  cycle median ms, first 100 {first:.2f}, last 100 {last:.2f} "
+              f"({last / first:.2f}x); keys left in the table: {len(keys)} "
+              f"(approval records: {sum(k.startswith('approval.') for k in keys)})")
+        repo.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    rounds = 5 if parser.parse_args().quick else 50
+    parser.add_argument("--cycles", type=int, default=0)
+    options = parser.parse_args()
+    if options.cycles:
+        cycles(options.cycles)
+        return
+    rounds = 5 if options.quick else 50
     root = Path(tempfile.mkdtemp(prefix="gitstate-spend-bench-"))
     port, daemon = git_daemon(root)
     try:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from . import approvals, requests, rules
+from . import approval_life, approvals, requests, rules
 from .approvals import Spend, Verdict
 from .errors import GitStateError, InvalidInput, Refused, StoreError
 
@@ -93,7 +93,12 @@ class ApprovalMethods:
         writer = self.writer
         return self._linearized(lambda base: approvals.plan_decide(
             base, dict(base.schema.approvals) if base.schema else {}, writer,
-            approval_id=approval_id, approve=approve, reason=reason, actor=who), request, None)
+            approval_id=approval_id, approve=approve, reason=reason, actor=who,
+            finished=self._finished(base)), request, None)
+
+    def _finished(self, base: Base) -> approval_life.Finished:
+        """A retired approval's record, read back from the base's history."""
+        return approval_life.finished_in(self.store, base.commit or None)
 
     def _linearized(self, plan: Callable[[Base], Plan], request: dict[str, str] | None,
                     tool: str | None) -> WriteResult:
@@ -121,10 +126,19 @@ class ApprovalMethods:
                               rule="approval.offline") from exc
             return self.engine.write(plan, request, committer=LocalCommitter(self.reader))
 
-    def approvals(self) -> list[dict[str, Any]]:
-        """Every approval record, newest first (pending, decided and consumed)."""
+    def approvals(self, finished: bool = True) -> list[dict[str, Any]]:
+        """Every approval record, newest first: the live ones from the state and, with
+        ``finished``, those denied, spent or expired and retired from it, as their last step
+        in the history left them."""
         head = self.reader.head()
-        return approvals.listing(self.reader.state_at(head), self.now())
+        state = self.reader.state_at(head)
+        if finished:
+            from .model import State
+
+            gone = {k: e for k, e in approval_life.history(self.reader.history_iter(
+                contains=approvals.PREFIX.encode())).items() if k not in state.keys}
+            state = State({**gone, **state.keys})
+        return approvals.listing(state, self.now())
 
     def approval_verdict(self, tool: str, args: Any) -> Verdict:
         """Whether ``tool(args)`` may run now as far as approvals go, and why not. Advisory:
@@ -147,7 +161,7 @@ class ApprovalMethods:
                                        args)
         return self._linearized(lambda base: approvals.plan_consume(
             base, approval_id=approval_id, tool=tool, args=args, reason=text, actor=who,
-            state_at=self.reader.state_at), request, tool)
+            state_at=self.reader.state_at, finished=self._finished(base)), request, tool)
 
     @contextlib.contextmanager
     def spend_approval(self, approval_id: str, tool: str, args: Any, *,
@@ -192,7 +206,8 @@ class ApprovalMethods:
             self._check_run_accepts(run_id, call_id, approval_id)
         def plan(base: Base) -> Plan:
             return approvals.plan_consume(base, approval_id=approval_id, tool=tool, args=args,
-                                          reason=text, actor=who, state_at=self.reader.state_at)
+                                          reason=text, actor=who, state_at=self.reader.state_at,
+                                          finished=self._finished(base))
 
         try:
             result = self._linearized(plan, None, tool)
@@ -265,7 +280,7 @@ class ApprovalMethods:
             return
         self.engine.write(lambda base: approvals.plan_outcome(
             base, approval_id=call.approval_id, error=error, reason=reason,
-            actor=call.actor))
+            actor=call.actor, finished=self._finished(base)))
 
 
 def _result_event(call_id: str, approval_id: str, now: datetime) -> dict[str, Any]:

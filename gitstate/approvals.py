@@ -21,7 +21,8 @@ exactly those arguments at the HEAD it read; otherwise the answer says why (none
 denied, expired, consumed, or which argument differs). The approval key carries the TTL as
 its expiry, so an expired approval also leaves the rendered section, and the agent sees its
 pending approvals there, never able to decide them: an ``approval.*`` key is written only
-through these planners (``rules.check_writable``).
+through these planners (``rules.check_writable``). A denial, a spend and an outcome retire
+their record from the key table, a request every expired one (gitstate/approval_life.py).
 """
 
 from __future__ import annotations
@@ -35,12 +36,13 @@ from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 from typing import Any
 
+from .approval_life import FINAL_STEPS, RETIRED, Finished, expired_keys, without
 from .approval_policy import ApprovalPolicy as Policy
 from .errors import GitStateError, InvalidInput, Refused
 from .model import Entry, State, canonical_text, format_time
 from .planners import Base, Plan
 from .results import WriteResult
-from .trailers import Change
+from .trailers import Change, encode_json
 from .values import canonical, changes
 
 PREFIX = "approval."
@@ -75,9 +77,14 @@ def is_approval_key(key: str) -> bool:
     return key.startswith(PREFIX)
 
 
-def _record(state: State, approval_id: str) -> tuple[str, Entry, dict[str, Any]]:
+def _record(state: State, approval_id: str,
+            finished: Finished | None = None) -> tuple[str, Entry, dict[str, Any]]:
+    """The approval's record: in the state, else (``finished``) the one its final step left
+    in the history when it was retired (gitstate/approval_life.py)."""
     key = approval_id if is_approval_key(approval_id) else PREFIX + approval_id
     entry = state.keys.get(key)
+    if entry is None and finished is not None:
+        entry = finished(key)
     if entry is None or not isinstance(entry.value, dict):
         raise InvalidInput(f"no approval {approval_id!r}", rule="approval.unknown",
                            approval_id=approval_id)
@@ -85,7 +92,7 @@ def _record(state: State, approval_id: str) -> tuple[str, Entry, dict[str, Any]]
 
 
 def plan_request(base: Base, policy: Policy, *, tool: str, args: Any, reason: str,
-                 actor: str) -> Plan:
+                 actor: str, retire: bool = True) -> Plan:
     """Freeze ``tool(args)`` as a pending approval; the id derives from the call and the
     base commit, so the same request on the same state is the same approval."""
     text, digest = frozen(args)
@@ -95,21 +102,25 @@ def plan_request(base: Base, policy: Policy, *, tool: str, args: Any, reason: st
         if policy.ttl_hours else None
     value = {"tool": tool, "args": json.loads(text), "args_sha256": digest,
              "status": "pending", "requested_by": actor, "decided_by": None}
-    return _plan(base, key, value, reason, actor, expires, "request")
+    return _plan(base, key, value, reason, actor, expires, "request",
+                 expired_keys(base.state, base.now) if retire else None)
 
 
-def plan_request_for(base: Base, *, tool: str, args: Any, reason: str, actor: str) -> Plan:
+def plan_request_for(base: Base, *, tool: str, args: Any, reason: str, actor: str,
+                     retire: bool = True) -> Plan:
     """A request for ``tool``, under the policy the base's schema gives it (refused when
     schema.yaml's ``approvals`` does not name the tool)."""
     policy = (base.schema.approvals if base.schema else {}).get(tool)
     if policy is None:
         raise InvalidInput(f"{tool} needs no approval (schema.yaml's `approvals` does not "
                            "name it)", rule="approval.not_required", tool=tool)
-    return plan_request(base, policy, tool=tool, args=args, reason=reason, actor=actor)
+    return plan_request(base, policy, tool=tool, args=args, reason=reason, actor=actor,
+                        retire=retire)
 
 
 def replan(base: Base, key: str, step: str, recorded: Any, *, reason: str,
-           actor: str, state_at: Callable[[str], State] | None = None) -> Plan:
+           actor: str, state_at: Callable[[str], State] | None = None,
+           finished: Finished | None = None, retire: bool = True) -> Plan:
     """The plan this machine's own planners make for an approval step a commit from
     elsewhere records (``Gitstate-Approval: step`` on ``key``, its value ``recorded``), at
     the commit's parent and time. The one rule (gitstate/foreign.py) accepts the commit only
@@ -120,7 +131,9 @@ def replan(base: Base, key: str, step: str, recorded: Any, *, reason: str,
     its policy names, and who may claim that role is the trust rules' business. A spend
     goes through the same ``void_if_changed`` check as a local one (``state_at``: the
     reader of main's state at a commit); a consume record without ``consumed_by`` (written
-    by a gitstate from before that field) is planned without it."""
+    by a gitstate from before that field) is planned without it. ``finished`` reads a
+    retired record back from the history; ``retire`` False plans a step as a gitstate from
+    before retirement wrote it (the record stays in the state)."""
     if not isinstance(recorded, dict):
         raise InvalidInput(f"{key}: not an approval record", rule="approval.invalid")
     policies = dict(base.schema.approvals) if base.schema else {}
@@ -130,7 +143,7 @@ def replan(base: Base, key: str, step: str, recorded: Any, *, reason: str,
             raise InvalidInput(f"{key}: a request freezes a tool and its arguments",
                                rule="approval.invalid")
         return plan_request_for(base, tool=recorded["tool"], args=recorded["args"],
-                                reason=reason, actor=actor)
+                                reason=reason, actor=actor, retire=retire)
     if step in ("approve", "deny"):
         policy = policies.get(str(recorded.get("tool")))
         writer = policy.writers[0] if policy and policy.writers else "human"
@@ -142,30 +155,34 @@ def replan(base: Base, key: str, step: str, recorded: Any, *, reason: str,
                                rule="approval.invalid")
         return plan_decide(base, policies, writer, approval_id=key, approve=step == "approve",
                            reason=reason, actor=actor, decided_on=seen,
-                           record_commit="decided_on" in recorded)
+                           record_commit="decided_on" in recorded, finished=finished,
+                           retire=retire)
     if step == "consume":
         plan = plan_consume(base, approval_id=key, tool=None, args=None, reason=reason,
-                            actor=actor, state_at=state_at)
+                            actor=actor, state_at=state_at, finished=finished, retire=retire)
         if "consumed_by" not in recorded:  # an older writer's record
             value = {k: v for k, v in plan.change.new.items() if k != "consumed_by"}
-            entry = plan.state.keys[key]
-            plan = _plan(base, key, value, reason, actor, entry.expires_at, "consume")
+            plan = _plan(base, key, value, reason, actor, plan.change.expires_at, "consume",
+                         [key] if retire else [])
         return plan
     if step == "outcome":
         error = recorded.get("error")
         if not isinstance(error, str):
             raise InvalidInput(f"{key}: an outcome records the call's error",
                                rule="approval.invalid")
-        return plan_outcome(base, approval_id=key, error=error, reason=reason, actor=actor)
+        return plan_outcome(base, approval_id=key, error=error, reason=reason, actor=actor,
+                            finished=finished, retire=retire)
     raise InvalidInput(f"{key}: {step!r} is not an approval step", rule="approval.invalid")
 
 
 def plan_decide(base: Base, policy_for: dict[str, Policy], writer: str, *, approval_id: str,
                 approve: bool, reason: str, actor: str, decided_on: str | None = None,
-                record_commit: bool = True) -> Plan:
+                record_commit: bool = True, finished: Finished | None = None,
+                retire: bool = True) -> Plan:
     """Approve or deny a pending approval; the record keeps ``decided_on``, main's commit
-    the decision was made on (the base, unless given: a re-applied decision keeps its own)."""
-    key, entry, value = _record(base.state, approval_id)
+    the decision was made on (the base, unless given: a re-applied decision keeps its own).
+    A denial retires the record (gitstate/approval_life.py)."""
+    key, entry, value = _record(base.state, approval_id, finished)
     policy = policy_for.get(str(value.get("tool")))
     allowed = policy.writers if policy else ("human",)
     if writer not in allowed:
@@ -183,16 +200,19 @@ def plan_decide(base: Base, policy_for: dict[str, Policy], writer: str, *, appro
     if record_commit:
         new["decided_on"] = decided_on or base.commit
     return _plan(base, key, new, reason, actor, entry.expires_at,
-                 "approve" if approve else "deny")
+                 "approve" if approve else "deny", [key] if retire and not approve else [],
+                 entry)
 
 
 def plan_consume(base: Base, *, approval_id: str, tool: str | None, args: Any, reason: str,
-                 actor: str, state_at: Callable[[str], State] | None = None) -> Plan:
+                 actor: str, state_at: Callable[[str], State] | None = None,
+                 finished: Finished | None = None, retire: bool = True) -> Plan:
     """Spend an approved, unexpired approval; ``tool`` and ``args`` None: the call it froze.
+    The spend retires the record (gitstate/approval_life.py).
     The record names who spent it (``consumed_by``). Given ``state_at`` (a reader of the
     state at a commit), the policy's ``void_if_changed`` keys are compared between the
     commit the decision was made on and the base: one that changed voids the spend."""
-    key, entry, value = _record(base.state, approval_id)
+    key, entry, value = _record(base.state, approval_id, finished)
     if tool is None:
         tool = str(value.get("tool"))
     verdict = _verdict_for(key, entry, value, tool, value.get("args") if args is None else args,
@@ -224,7 +244,7 @@ def plan_consume(base: Base, *, approval_id: str, tool: str | None, args: Any, r
                           rule="approval.void", approval_id=key[len(PREFIX):], key=changed,
                           decided_on=seen)
     return _plan(base, key, {**value, "status": "consumed", "consumed_by": actor}, reason,
-                 actor, entry.expires_at, "consume")
+                 actor, entry.expires_at, "consume", [key] if retire else [], entry)
 
 
 def voiding_key(policy: Policy | None, then: State, now: State) -> str | None:
@@ -246,17 +266,19 @@ def _changed(before: State, after: State, names: tuple[str, ...]) -> str | None:
 
 
 def plan_outcome(base: Base, *, approval_id: str, error: str, reason: str,
-                 actor: str) -> Plan:
+                 actor: str, finished: Finished | None = None, retire: bool = True) -> Plan:
     """Record that the call a consumed approval handed over failed: ``outcome: failed`` and
-    the error, once. The approval stays consumed (the call may have had effects)."""
-    key, entry, value = _record(base.state, approval_id)
+    the error, once. The approval stays consumed (the call may have had effects); its
+    record, retired by the spend, is read back with ``finished``."""
+    key, entry, value = _record(base.state, approval_id, finished)
     if value.get("status") != "consumed" or value.get("outcome") is not None:
         raise Refused(f"approval {key[len(PREFIX):]} is {value.get('status')}"
                       + (f" with outcome {value.get('outcome')}" if value.get("outcome") else "")
                       + "; only a consumed approval takes an outcome, once",
                       rule="approval.outcome", approval_id=key[len(PREFIX):])
     new = {**value, "outcome": "failed", "error": error[:ERROR_MAX_CHARS]}
-    return _plan(base, key, new, reason, actor, entry.expires_at, "outcome")
+    return _plan(base, key, new, reason, actor, entry.expires_at, "outcome",
+                 [key] if retire else [], entry)
 
 
 @dataclass(frozen=True)
@@ -282,13 +304,18 @@ class Spend:
 
 
 def _plan(base: Base, key: str, value: dict[str, Any], reason: str, actor: str,
-          expires: str | None, step: str) -> Plan:
-    old = base.state.keys.get(key)
+          expires: str | None, step: str, retire: list[str] | None = None,
+          old: Entry | None = None) -> Plan:
+    """The step's change; the keys in ``retire`` leave the state with it (a final step's
+    own, a request's expired ones), named in ``Gitstate-Retired``."""
+    old = old or base.state.keys.get(key)
     entry = Entry(value, format_time(base.now), reason, actor, expires)
+    assert step in FINAL_STEPS or key not in (retire or ())
+    extra = ((TRAILER, step),) + (((RETIRED, encode_json(sorted(retire))),) if retire else ())
     change = Change(op="set", reason=reason, actor=actor, key=key,
                     old=old.value if old else None, new=value, expires_at=expires,
-                    extra=((TRAILER, step),))
-    return Plan(base.state.with_key(key, entry), change,
+                    extra=extra)
+    return Plan(without(base.state.with_key(key, entry), retire or ()), change,
                 WriteResult("set", "", key=key, old=old, new=entry), schema=base.schema)
 
 

@@ -223,7 +223,9 @@ def _check_change(change: Change, before: State, commit_time: int, config: Confi
             rules.check_value(change.new)
             _check_expiry(change.expires_at, commit_time)
         if approvals.is_approval_key(key):  # only a planner's step, never a plain set or clear
-            if op == "clear" or step is None:
+            expired = before.keys[key].is_expired(datetime.fromtimestamp(commit_time, UTC)) \
+                if op == "clear" and step is None else False  # clearing an expired record
+            if (op == "clear" and not expired) or (op == "set" and step is None):
                 raise InvalidInput(f"{op} of the approval record {key} without a "
                                    f"{approvals.TRAILER} step", rule="approval.reserved")
         elif step is not None:

@@ -70,10 +70,12 @@ class Plan:
 
 def reserved(key: str) -> None:
     """``approval.*`` keys change only through the approval planners (approvals.py): a set,
-    clear, observation or adopted hand edit of one would forge or erase a decision."""
+    clear, observation or adopted hand edit of one would forge or erase a decision (only an
+    expired one may be cleared)."""
     if key.startswith(APPROVAL_PREFIX):
         raise InvalidInput(f"{key} is an approval record; it changes only through request, "
-                           "approve, deny and consume", rule="approval.reserved", key=key)
+                           "approve, deny and consume (an expired one may be cleared)",
+                           rule="approval.reserved", key=key)
 
 
 def plan_set(base: Base, writer: str | None, *, key: str, value: Value, reason: str,
@@ -98,10 +100,13 @@ def plan_set(base: Base, writer: str | None, *, key: str, value: Value, reason: 
 
 def plan_clear(base: Base, writer: str | None, *, key: str, reason: str, expected: Expected,
                actor: str) -> Plan:
-    reserved(key)
+    """An expired approval record may be cleared like any expired key (it can no longer be
+    decided or spent: clearing it erases no decision); any other one is reserved."""
+    old = base.state.keys.get(key)
+    if old is None or not old.is_expired(base.now):
+        reserved(key)
     if base.schema:
         base.schema.check_clear(key, writer)
-    old = base.state.keys.get(key)
     if expected is not UNSET:
         checks.expected(key, old, expected, base.now)
     if old is None:

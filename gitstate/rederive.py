@@ -14,7 +14,7 @@ import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from . import approvals, rules
+from . import approval_life, approvals, rules
 from .config import Config
 from .errors import InvalidInput, Refused
 from .layout import SCHEMA_FILE, STATE_FILE
@@ -249,7 +249,9 @@ def _rederive_approval(store: GitStore, base: Base, change: Change) -> Change:
             raise ValueError(exc.message) from exc
 
     plan = approvals.replan(base, change.key, step, change.new, reason=change.reason,
-                            actor=change.actor, state_at=state_at)
+                            actor=change.actor, state_at=state_at,
+                            finished=approval_life.finished_in(store, base.commit),
+                            retire=approval_life.RETIRED in dict(change.extra))
     if step in ("approve", "deny") and isinstance(change.new, dict):
         _check_decided_on(store, base.commit, change.key, change.new)
     wanted = plan.change

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from .approval_life import retired, without
 from .model import EMPTY, Entry, Handoff, State, format_time
 from .trailers import Change
 
@@ -19,7 +20,17 @@ class ReplayError(ValueError):
 
 
 def apply_change(state: State, change: Change, commit_time: int) -> State:
-    """The state after a commit with these trailers, made at ``commit_time`` (epoch s)."""
+    """The state after a commit with these trailers, made at ``commit_time`` (epoch s);
+    the approval records ``Gitstate-Retired`` names leave it (gitstate/approval_life.py)."""
+    after = _apply(state, change, commit_time)
+    try:
+        gone = retired(change.extra)
+    except ValueError as exc:
+        raise ReplayError(str(exc)) from exc
+    return without(after, gone) if gone else after
+
+
+def _apply(state: State, change: Change, commit_time: int) -> State:
     when = format_time(datetime.fromtimestamp(commit_time, UTC))
     op = change.op
     if op == "init":

@@ -64,6 +64,13 @@ class Links:
                                   main_commit=commit)
         data = self.store.read_file(commit, STATE_FILE)
         state = State.from_bytes(data) if data else EMPTY
+        wanted = approvals.PREFIX + str(event.get("approval_id"))
+        if wanted not in state.keys:  # retired by then: as its final step left it
+            from .approval_life import last_record
+
+            record = last_record(self.store, commit, wanted)
+            if record is not None:
+                state = state.with_key(wanted, record)
         out = approvals.decisions(state, when)
         for approval_id, decision in out.items():  # spent already: it released its run
             entry = state.keys.get(approvals.PREFIX + approval_id)

@@ -129,7 +129,7 @@ def test_nothing_else_writes_an_approval(runtime: StateRepo, clock: Clock) -> No
     key = f"approval.{approval}"
     forged = {**runtime.state().keys[key].value, "status": "approved"}
     for writer in ("agent", "runtime", "human"):
-        with StateRepo(runtime.agent_dir, writer=writer) as repo:
+        with StateRepo(runtime.agent_dir, writer=writer, clock=clock) as repo:
             with pytest.raises(InvalidInput) as exc:
                 repo.set(key, forged, "approve myself")
             assert exc.value.rule == "approval.reserved"
@@ -145,12 +145,17 @@ def test_nothing_else_writes_an_approval(runtime: StateRepo, clock: Clock) -> No
         runtime.revert(consumed.commit, "run it twice")
     path = runtime.state_dir / "working_state.json"
     data = json.loads(path.read_bytes())
-    data["keys"][key]["value"]["status"] = "approved"
+    assert key not in data["keys"]  # the spend retired it; a hand edit bringing it back:
+    [spent] = [a for a in runtime.approvals() if a["id"] == approval]
+    data["keys"][key] = {"actor": "runtime", "expires_at": spent["expires_at"], "reason": "r",
+                         "set_at": spent["set_at"],
+                         "value": {**consumed.new.value, "status": "approved"}}
     path.write_text(json.dumps(data, ensure_ascii=False, indent=2, sort_keys=True) + "\n")
     with pytest.raises(InvalidInput) as exc:
         runtime.adopt("adopt my edit")
     assert exc.value.rule == "approval.reserved"
-    assert runtime.state().keys[key].value["status"] == "consumed"
+    assert key not in runtime.state().keys
+    assert [a["status"] for a in runtime.approvals() if a["id"] == approval] == ["consumed"]
 
 
 def test_the_agent_over_mcp_sees_but_never_decides(runtime: StateRepo) -> None:

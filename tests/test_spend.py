@@ -45,6 +45,14 @@ def repo(agent_dir: Path) -> StateRepo:
     return repo
 
 
+def _record(repo: StateRepo, approval: str) -> dict[str, object]:
+    """A spent approval's last record: retired from the key table by its final step, kept
+    in the history (``approvals()`` lists it from there)."""
+    assert f"approval.{approval}" not in repo.state().keys
+    [record] = [a for a in repo.approvals() if a["id"] == approval]
+    return record
+
+
 def _approved(repo: StateRepo, args: dict[str, object]) -> str:
     approval = repo.request_approval("refund", args, "the customer asked")
     repo.approve(approval, "within policy")
@@ -60,7 +68,7 @@ def test_the_call_is_handed_over_once(repo: StateRepo) -> None:
     assert ran == [call]
     assert call.tool == "refund" and call.args == ARGS and call.approval_id == approval
     assert call.commit == repo.head()  # entered after the consume commit
-    record = repo.state().keys[f"approval.{approval}"].value
+    record = _record(repo, approval)
     assert isinstance(record, dict)
     assert record["status"] == "consumed" and record["consumed_by"] == "runtime"
     with pytest.raises(Refused) as exc, repo.spend_approval(approval, "refund", ARGS):
@@ -80,7 +88,7 @@ def test_a_body_that_raises_leaves_an_audited_outcome(repo: StateRepo, tmp_path:
     approval = _approved(repo, ARGS)
     with pytest.raises(RuntimeError), repo.spend_approval(approval, "refund", ARGS) as call:
         raise RuntimeError("provider timed out; token=ghp_abcdefghijklmnopqrstuvwxyz0123456789")
-    record = repo.state().keys[f"approval.{approval}"].value
+    record = _record(repo, approval)
     assert isinstance(record, dict) and record["status"] == "consumed"
     assert record["outcome"] == "failed"
     assert record["error"] == "RuntimeError: provider timed out; [withheld]"
@@ -98,7 +106,7 @@ def test_a_body_that_raises_leaves_an_audited_outcome(repo: StateRepo, tmp_path:
     repo.push()
     trust_remote(tmp_path / "clone")  # the human's decision arrives as a claim
     clone = StateRepo.clone(str(bare), tmp_path / "clone")
-    assert clone.state().keys[f"approval.{approval}"].value == record
+    assert _record(clone, approval) == record
     clone.close()
 
 
@@ -111,7 +119,7 @@ def test_a_run_records_the_failure_and_is_checked_first(repo: StateRepo) -> None
     view = repo.runs.read("r-1")
     assert "call-9" in view.state["tool_result_refs"]
     assert f"approval.{approval}:failed" in view.state["evidence_refs"]
-    record = repo.state().keys[f"approval.{approval}"].value
+    record = _record(repo, approval)
     assert isinstance(record, dict) and record["status"] == "consumed" and "outcome" not in record
     repo.runs.event("r-1", {"type": "cancelled", "reason": "the customer withdrew"}, "stop")
     again = _approved(repo, ARGS)
@@ -157,7 +165,7 @@ def test_the_cli_spends_then_runs_the_command(repo: StateRepo, tmp_path: Path) -
                   "--", "sh", "-c", script, agent_dir=repo.agent_dir, process=True)
     assert out.returncode == 4, out.stderr
     assert json.loads(seen.read_text()) == ARGS and "the failure is recorded" in out.stdout
-    record = repo.state().keys[f"approval.{approval}"].value
+    record = _record(repo, approval)
     assert isinstance(record, dict) and record["outcome"] == "failed"
     seen.unlink()
     again = run_cli("spend", approval, "--tool", "refund", "--args-json", json.dumps(ARGS),
@@ -237,7 +245,7 @@ def _names_the_winners(repo: StateRepo, won: dict[str, str]) -> None:
              and isinstance(rec["new"], dict) and rec["new"]["status"] == "consumed"}
     assert spent == {f"approval.{a}": c for a, c in won.items()}
     for approval, commit in won.items():
-        record = repo.state().keys[f"approval.{approval}"].value
+        record = _record(repo, approval)
         assert isinstance(record, dict)
         assert record["consumed_by"] == repo.store.commit_info(commit).message.decode() \
             .split("Gitstate-Actor: ")[1].split("\n")[0]
