@@ -1,15 +1,17 @@
 """`gitstate report --html DIR` and `gitstate serve`: the auditor's pages, on disk or live.
 
 The report is a static site (gitstate/htmlreport.py; no script, no network, works from
-file://): ``index.html`` (the overview), ``keys/<key>.html`` (each key's timeline) and
-``commits/<id>.html`` for the newest commits (reportdata.COMMIT_PAGES). With a fleet root,
+file://): ``index.html`` (the overview), ``keys/<key>.html`` (each key's timeline),
+``commits/<id>.html`` for the newest commits (reportdata.COMMIT_PAGES) and ``at/<time>.html``,
+the state at chosen instants (reportdata.instants), listed by ``at/index.html``. With a fleet root,
 ``index.html`` lists every agent under it and each agent's site goes to ``agents/<agent>/``.
 
 The site is built whole in a fresh directory beside DIR and renamed into place
 (safefile.publish_tree): nothing is written inside a directory gitstate did not just make,
 so no link planted there is followed, and a browser never reads a half site. DIR must be
-absent, empty, or a site written before holding exactly what it listed; anything else is
-refused (``report.out_not_dir``, ``report.out_not_ours``).
+absent, empty, or (with ``force``) a site written before holding exactly what it listed;
+a site written before without ``force`` is refused (``report.out_exists``), anything else
+always (``report.out_not_dir``, ``report.out_not_ours``).
 
 ``serve`` builds the same pages per request from the live repository, read-only (GET and
 HEAD only, no path outside the three kinds), on 127.0.0.1 unless told otherwise, behind the
@@ -31,7 +33,8 @@ if TYPE_CHECKING:
 Progress = Callable[[str], None]
 
 
-def _publish(out: Path, pages: dict[str, str], progress: Progress | None) -> int:
+def _publish(out: Path, pages: dict[str, str], progress: Progress | None,
+             force: bool) -> int:
     """Write the site (every page at once, see the module's docstring); the page count."""
     def tick(i: int) -> None:
         if progress and (i % 100 == 0 or i == len(pages)):
@@ -39,71 +42,117 @@ def _publish(out: Path, pages: dict[str, str], progress: Progress | None) -> int
 
     try:
         safefile.publish_tree(out, {rel: text.encode("utf-8") for rel, text in pages.items()},
-                              tick)
+                              tick, replace=force)
     except safefile.OutputRefused as exc:
-        raise UsageError(str(exc), rule=exc.rule) from exc
+        hint = "; pass --force to replace it" if exc.rule == "report.out_exists" else ""
+        raise UsageError(f"{exc}{hint}", rule=exc.rule) from exc
     return len(pages)
+
+
+def site(repo: StateRepo, name: str, commits: frozenset[str] = frozenset(),
+         instants: frozenset[str] = frozenset()) -> htmlreport.Site:
+    """The pages' shared context: the agent's zone (config.resolve_tz) and the time now."""
+    from .config import resolve_tz
+
+    return htmlreport.Site(name, resolve_tz(repo.config.timezone), repo.now(), commits,
+                           instants)
 
 
 def build(repo: StateRepo, name: str) -> dict[str, str]:
     """Every page of one agent: relative path -> HTML."""
-    now = repo.now()
     lines = reportdata.timelines(repo)
-    pages = {"index.html": htmlreport.overview_page(reportdata.overview(repo, name),
-                                                    sorted(lines))}
+    commits = reportdata.commit_pages(repo)
+    instants = reportdata.instants(repo, lines)
+    ctx = site(repo, name, frozenset(d["commit"] for d in commits),
+               frozenset(i["stamp"] for i in instants))
+    states = [reportdata.state_at(repo, instant) for instant in instants]
+    pages = {"index.html": htmlreport.overview_page(ctx, reportdata.overview(repo, name),
+                                                    sorted(lines)),
+             "at/index.html": htmlreport.at_index_page(ctx, states)}
     for key, tl in lines.items():
-        pages[f"keys/{htmlreport.slug(key)}.html"] = htmlreport.key_page(name, key, tl, now)
-    for data in reportdata.commit_pages(repo):
-        pages[f"commits/{data['commit']}.html"] = htmlreport.commit_page(name, data)
+        pages[f"keys/{htmlreport.slug(key)}.html"] = htmlreport.key_page(ctx, key, tl)
+    for data in commits:
+        pages[f"commits/{data['commit']}.html"] = htmlreport.commit_page(ctx, data)
+    for state in states:
+        pages[f"at/{state['stamp']}.html"] = htmlreport.at_page(ctx, state)
     return pages
 
 
 def write_report(repo: StateRepo, out: Path, name: str,
-                 progress: Progress | None = None) -> int:
-    """Write one agent's site as ``out``; returns the number of pages."""
-    return _publish(out, build(repo, name), progress)
+                 progress: Progress | None = None, force: bool = False) -> int:
+    """Write one agent's site as ``out``; returns the number of pages. A site written
+    there before is replaced only with ``force`` (else ``report.out_exists``)."""
+    return _publish(out, build(repo, name), progress, force)
 
 
-def write_fleet(root: Path, out: Path, progress: Progress | None = None) -> int:
+def write_fleet(root: Path, out: Path, progress: Progress | None = None,
+                force: bool = False) -> int:
     """A site per agent under ``root`` and an index over them; returns the page count."""
+    from .config import resolve_tz
     from .fleet import fleet
     from .repo import StateRepo
 
     rows = fleet(root)
     pages: dict[str, str] = {}
+    zones = {}
     for n, row in enumerate(rows, 1):
         if "error" in row:
             continue
         with StateRepo(root / row["agent"]) as repo:
+            zones[row["agent"]] = resolve_tz(repo.config.timezone)
             prefix = f"agents/{htmlreport.slug(row['agent'])}/"
             pages.update({prefix + rel: text
                           for rel, text in build(repo, row["agent"]).items()})
         if progress:
             progress(f"{n}/{len(rows)} agents")
-    pages["index.html"] = htmlreport.fleet_page(rows)
-    return _publish(out, pages, progress)
+    pages["index.html"] = htmlreport.fleet_page(rows, zones)
+    return _publish(out, pages, progress, force)
 
 
 def page_for(repo: StateRepo, name: str, path: str) -> str | None:
     """One page, built now (``serve``); None for any path that is not one of ours."""
     parts = path.strip("/").split("/")
-    if parts in ([""], ["index.html"]):
-        return htmlreport.overview_page(reportdata.overview(repo, name),
-                                        sorted(reportdata.timelines(repo)))
-    if len(parts) == 2 and parts[0] == "keys" and parts[1].endswith(".html"):
+    if parts in ([""], ["index.html"], ["at", ""], ["at", "index.html"]):
+        lines = reportdata.timelines(repo)
+        ctx = _linked(repo, name, lines)
+        if parts[0] == "at":
+            return htmlreport.at_index_page(ctx, [reportdata.state_at(repo, i) for i in
+                                                  reportdata.instants(repo, lines)])
+        return htmlreport.overview_page(ctx, reportdata.overview(repo, name), sorted(lines))
+    if len(parts) != 2 or not parts[1].endswith(".html"):
+        return None
+    if parts[0] == "keys":
         lines = reportdata.timelines(repo)
         for key, tl in lines.items():
             if htmlreport.slug(key) + ".html" == parts[1]:
-                return htmlreport.key_page(name, key, tl, repo.now())
+                return htmlreport.key_page(_linked(repo, name, lines), key, tl)
         return None
-    if len(parts) == 2 and parts[0] == "commits" and parts[1].endswith(".html"):
+    if parts[0] == "commits":
         commit = parts[1][:-5]
         if len(commit) != 40 or any(c not in "0123456789abcdef" for c in commit):
             return None
         for data in reportdata.commit_pages(repo):
             if data["commit"] == commit:
-                return htmlreport.commit_page(name, data)
+                return htmlreport.commit_page(_linked(repo, name, None), data)
+        return None
+    if parts[0] == "at":
+        lines = reportdata.timelines(repo)
+        for instant in reportdata.instants(repo, lines):
+            if instant["stamp"] + ".html" == parts[1]:
+                return htmlreport.at_page(_linked(repo, name, lines),
+                                          reportdata.state_at(repo, instant))
     return None
+
+
+def _linked(repo: StateRepo, name: str,
+            lines: dict[str, dict[str, Any]] | None) -> htmlreport.Site:
+    """The context of a page served alone: which commits and instants have a page."""
+    from .audit import log
+
+    lines = reportdata.timelines(repo) if lines is None else lines
+    commits = frozenset(str(r["commit"]) for r in log(repo, limit=reportdata.COMMIT_PAGES))
+    return site(repo, name, commits,
+                frozenset(i["stamp"] for i in reportdata.instants(repo, lines)))
 
 
 def serve(agent_dir: Path, host: str, port: int, token: str | None,

@@ -1,27 +1,30 @@
 """What the auditor's report shows, gathered from one agent's repository as plain data.
 
-The overview (live keys, the handoff, verify's checks, recent wake-ups and commits), one
+The overview (every key, live or expired, the handoff, verify's checks, recent wake-ups,
+commits and refused attempts), one
 timeline per key (every set, clear, revert and adopt from the history projection, expiries
 derived from the stored expiry times, refused attempts from the refusal journal, and wake-up
-receipts with the value each received), and the commits that get a page of their own (the
-key-level change and the section as injected before and after). htmlreport.py turns this
-into pages; nothing here writes.
+receipts with the value each received), the commits that get a page of their own (the
+key-level change and the section as injected before and after), and the state at chosen
+instants (what ``gitstate render --at`` prints for each wake-up, each expiry and the
+report's time). htmlreport.py turns this into pages; nothing here writes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from . import receipts, refusals
-from .model import State, display_value, parse_time
+from .model import State, display_value, format_time, parse_time
 
 if TYPE_CHECKING:
     from .repo import StateRepo
 
 COMMIT_PAGES = 200  # the newest commits get a page; older ones are in the key tables
 RECENT = 20
+AT_PAGES = 50  # "state at" pages: the newest wake-ups and expiries, and the report's time
 KEY_EVENTS = 2000  # a key's page shows its newest changes (and receipts) up to this
 
 
@@ -35,14 +38,17 @@ def overview(repo: StateRepo, name: str, use_git: bool = False) -> dict[str, Any
     return {
         "agent": name, "head": repo.head(), "now": now.isoformat(),
         "live": [{"key": k, "value": display_value(e.value), "set_at": e.set_at,
-                  "reason": e.reason, "actor": e.actor, "expires_at": e.expires_at}
-                 for k, e in sorted(state.live(now).items())],
+                  "reason": e.reason, "actor": e.actor, "expires_at": e.expires_at,
+                  "expired": e.is_expired(now)}
+                 for k, e in sorted(state.keys.items())],
         "handoff": None if state.handoff is None else {
             "note": state.handoff.note, "left_at": state.handoff.left_at,
             "status": state.handoff.status},
         "checks": checks, "ok": all(c["ok"] for c in checks),
         "wakeups": list(_take(receipts.entries(git_dir), RECENT)),
         "commits": [dict(r) for r in repo.history(RECENT)],
+        "refused": list(_take((e for e in refusals.entries(repo.store)
+                               if not e.get("damaged")), RECENT)),
     }
 
 
@@ -146,5 +152,45 @@ def commit_pages(repo: StateRepo, limit: int = COMMIT_PAGES) -> list[dict[str, A
     return pages
 
 
-def generated_at() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def instants(repo: StateRepo, lines: dict[str, dict[str, Any]],
+             limit: int = AT_PAGES) -> list[dict[str, Any]]:
+    """The instants that get a "state at" page, newest first: the report's time, each
+    wake-up (the newest ``limit``) and each expiry. Each: time (UTC text), why, stamp (its
+    file name)."""
+    found: dict[str, list[str]] = {format_time(repo.now()): ["the report's time"]}
+    for rec in _take(receipts.entries(str(repo.state_dir / ".git")), limit):
+        runtime = str(rec["runtime"]) + ("/" + str(rec["event"]) if rec["event"] else "")
+        found.setdefault(str(rec["time"]), []).append(f"a wake-up ({runtime})")
+    for key, tl in sorted(lines.items()):
+        for ev in tl["events"]:
+            if ev["op"] == "expire":
+                found.setdefault(str(ev["time"]), []).append(f"{key} expired")
+    newest = sorted(found, key=parse_time, reverse=True)[:limit]
+    return [{"time": t, "why": "; ".join(found[t]), "stamp": stamp(t)} for t in newest]
+
+
+def stamp(time: str) -> str:
+    """A file name for an instant: ``20260813T030300Z``."""
+    return parse_time(time).strftime("%Y%m%dT%H%M%SZ")
+
+
+def state_at(repo: StateRepo, instant: dict[str, Any]) -> dict[str, Any]:
+    """What ``gitstate render --at`` answers for the instant: the commit that was HEAD,
+    every key with whether it had expired, the handoff, and the section as rendered."""
+    from .audit import commit_at
+    from .errors import UsageError
+
+    moment = parse_time(instant["time"])
+    try:
+        commit = commit_at(repo, moment)
+    except UsageError:
+        return {**instant, "commit": None, "keys": [], "handoff": None, "section": ""}
+    state = repo.state_at(commit)
+    return {**instant, "commit": commit,
+            "keys": [{"key": k, "value": display_value(e.value), "set_at": e.set_at,
+                      "reason": e.reason, "actor": e.actor, "expires_at": e.expires_at,
+                      "expired": e.is_expired(moment)} for k, e in sorted(state.keys.items())],
+            "handoff": None if state.handoff is None else {
+                "note": state.handoff.note, "left_at": state.handoff.left_at,
+                "status": state.handoff.status},
+            "section": repo.render(now=moment, commit=commit)}

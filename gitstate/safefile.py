@@ -301,7 +301,7 @@ MANIFEST = ".gitstate-report"  # in a published tree: every path it holds, one a
 
 
 def publish_tree(out: str | os.PathLike[str], files: dict[str, bytes],
-                 progress: Callable[[int], None] | None = None) -> None:
+                 progress: Callable[[int], None] | None = None, replace: bool = True) -> None:
     """Make the directory ``out`` hold exactly ``files`` (relative path -> bytes).
 
     Nothing is ever written inside an existing ``out``: the tree is built in a fresh
@@ -311,12 +311,16 @@ def publish_tree(out: str | os.PathLike[str], files: dict[str, bytes],
     is renamed aside and removed, links and all, never followed: ``shutil.rmtree``'s
     descriptor-based walk). Anything else is refused with :class:`OutputRefused`: ``out`` a
     symlink or not a directory (``report.out_not_dir``), or holding any file, link or FIFO
-    this function did not write (``report.out_not_ours``)."""
+    this function did not write (``report.out_not_ours``); a tree published before is
+    replaced only if ``replace`` (else ``report.out_exists``)."""
     import shutil
     import tempfile
 
     out = os.fspath(out).rstrip("/") or "/"
     previous = _published(out)
+    if previous and not replace:
+        raise OutputRefused(f"{out} holds a report written before; nothing was replaced",
+                            "report.out_exists")
     parent, name = os.path.split(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)
     fresh = tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=parent)

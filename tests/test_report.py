@@ -133,6 +133,13 @@ def test_serve_is_read_only_and_loopback_by_default(repo: StateRepo) -> None:
         with urllib.request.urlopen(base + f"keys/{slug('stop_loss.2317')}.html",
                                     timeout=10) as resp:
             assert "262" in resp.read().decode()
+        with urllib.request.urlopen(base + "at/index.html", timeout=10) as resp:
+            listed = resp.read().decode()
+            assert "the report&#x27;s time" in listed and "stop_loss.2317 = 262" in listed
+        stamp = re.search(r'href="\.\./at/(\w+)\.html"', listed)
+        assert stamp, listed[-400:]
+        with urllib.request.urlopen(base + f"at/{stamp.group(1)}.html", timeout=10) as resp:
+            assert "stop_loss.2317 = 262" in resp.read().decode()
         repo.set("stop_loss.2317", 258, "live: the next request sees it")
         with urllib.request.urlopen(base, timeout=10) as resp:
             assert "258" in resp.read().decode()
@@ -212,7 +219,8 @@ def test_headless_chromium_reads_the_report(demo_site: Path, tmp_path: Path) -> 
                   if "258" in p.read_text(encoding="utf-8"))
     targets = {"overview": demo_site / "index.html",
                "key": demo_site / "keys" / f"{slug('stop_loss.2317')}.html",
-               "commit": commit}
+               "commit": commit, "instants": demo_site / "at" / "index.html",
+               "at": demo_site / "at" / "20260813T030300Z.html"}
     for name, page in targets.items():
         shot = tmp_path / f"{name}.png"
         out = _chromium("--window-size=1280,800", f"--screenshot={shot}", page.as_uri())
@@ -226,6 +234,11 @@ def test_headless_chromium_reads_the_report(demo_site: Path, tmp_path: Path) -> 
     plain = _chromium("--disable-javascript", "--dump-dom",
                       targets["key"].as_uri()).stdout
     assert plain.count("<table>") == dom.count("<table>") == 3
+    assert 'class="legend"' in dom and "time in Asia/Taipei, UTC+08:00" in dom
+    at = _chromium("--dump-dom", targets["at"].as_uri()).stdout  # the state a wake-up saw
+    assert "stop_loss.2317 = 262" in at and "render --at 2026-08-13T11:03:00+08:00" in at
+    listed = _chromium("--dump-dom", targets["instants"].as_uri()).stdout
+    assert listed.count("a wake-up (demo/wake-up)") == 3
 
 
 # -- the output directory: nothing written inside one gitstate did not just make --------
@@ -237,8 +250,8 @@ def _site_agent(tmp_path: Path) -> Path:
     return agent
 
 
-def _report(agent: Path, out: Path) -> subprocess.CompletedProcess[str]:
-    return run_cli("report", "--html", str(out), agent_dir=agent)
+def _report(agent: Path, out: Path, *more: str) -> subprocess.CompletedProcess[str]:
+    return run_cli("report", "--html", str(out), *more, agent_dir=agent)
 
 
 def _untouched(elsewhere: Path, victim: Path) -> None:
@@ -284,14 +297,14 @@ def test_a_site_written_before_is_replaced_whole_never_written_through(
     out = tmp_path / "site"
     assert _report(agent, out).returncode == 0
     first = (out / "index.html").stat().st_ino
-    again = _report(agent, out)  # its own site: replaced, a fresh directory renamed in
+    again = _report(agent, out, "--force")  # its own site: replaced, a fresh directory
     assert again.returncode == 0, again.stderr
     assert (out / "index.html").stat().st_ino != first
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".site.")]  # no leftovers
     page = next((out / "keys").iterdir())
     page.unlink()
     page.symlink_to(victim)  # a page of the old site swapped for a link
-    refused = _report(agent, out)
+    refused = _report(agent, out, "--force")
     assert refused.returncode == 2 and "[report.out_not_ours]" in refused.stderr
     _untouched(folder, victim)
 
@@ -310,3 +323,22 @@ def test_an_output_directory_that_is_a_symlink_is_refused(
     empty.mkdir()
     written = _report(agent, empty)  # an empty directory is taken
     assert written.returncode == 0 and (empty / "index.html").is_file()
+
+
+def test_a_site_written_before_is_kept_unless_forced(tmp_path: Path) -> None:
+    """report --html over a report written before refuses (report.out_exists, exit 2,
+    naming --force) and leaves the old site as it was; with --force it is replaced."""
+    agent = _site_agent(tmp_path)
+    out = tmp_path / "site"
+    assert _report(agent, out).returncode == 0
+    index = out / "index.html"
+    before, inode = index.read_bytes(), index.stat().st_ino
+    refused = _report(agent, out)
+    assert refused.returncode == 2 and "[report.out_exists]" in refused.stderr
+    assert "--force" in refused.stderr and "Traceback" not in refused.stderr
+    assert index.read_bytes() == before and index.stat().st_ino == inode
+    forced = _report(agent, out, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert index.stat().st_ino != inode
+    fleet = run_cli("report", "--html", str(out), "--fleet", str(tmp_path))
+    assert fleet.returncode == 2 and "[report.out_exists]" in fleet.stderr

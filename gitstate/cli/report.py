@@ -12,22 +12,31 @@ from .context import Ctx, examples
 
 @examples(
     "gitstate report --html site",
+    "gitstate report --html site --force",
     "gitstate report --html /tmp/fleet-site --fleet /srv/agents",
+    exits="Exit: 0 written; 2 a usage error: DIR holds a report written before and no "
+          "--force (report.out_exists), DIR is a link or not a directory (report.out_not_dir)"
+          " or holds anything else (report.out_not_ours), an uninitialised directory.",
 )
 @click.command()
 @click.option("--html", "out", required=True, type=click.Path(file_okay=False,
-              path_type=Path), help="The directory to write the site to: absent, empty, or "
-              "a site written before (replaced whole); anything else is refused "
-              "(report.out_not_ours).")
+              path_type=Path), help="The directory to write the site to: absent or empty; a "
+              "site written before is refused unless --force (report.out_exists); anything "
+              "else is refused (report.out_not_ours).")
+@click.option("--force", is_flag=True, help="Replace a site written before in DIR (whole: a "
+              "fresh directory renamed into place).")
 @click.option("--fleet", "fleet_root", type=click.Path(file_okay=False, exists=True,
               path_type=Path), help="Every agent directory under this root, with an index.")
 @click.pass_obj
-def report(obj: Ctx, out: Path, fleet_root: Path | None) -> None:
+def report(obj: Ctx, out: Path, fleet_root: Path | None, force: bool) -> None:
     """Write a static, self-contained site for auditors (no script, no network; open
-    DIR/index.html from disk): the overview (live keys, handoff, verify, recent wake-ups),
-    one timeline per key (the value over time; sets, clears, expiries, reverts, refused
-    attempts and wake-ups marked; every event in a table), and a page per recent commit (the
-    key-level change and the section before and after). docs/auditing.md.
+    DIR/index.html from disk): the overview (every key, expired ones marked; handoff, verify,
+    recent commits with old -> new, refused attempts and wake-ups), one timeline per key (the
+    value over its events' span; sets, clears, expiries, reverts, refused attempts and
+    wake-ups marked, with a legend; every event in a table), a page per recent commit (the
+    key-level change and the section before and after), and the state at each recent
+    wake-up, expiry and now (what `render --at` prints). Times are in the agent's zone with
+    their offset. docs/auditing.md.
     """
     from ..report import write_fleet, write_report
 
@@ -35,10 +44,11 @@ def report(obj: Ctx, out: Path, fleet_root: Path | None) -> None:
         click.echo(f"  {text}", err=True)
 
     if fleet_root is not None:
-        pages = write_fleet(fleet_root, out, progress)
+        pages = write_fleet(fleet_root, out, progress, force)
     else:
         with obj.repo() as repo:
-            pages = write_report(repo, out, obj.agent_dir.resolve().name, progress)
+            pages = write_report(repo, out, obj.agent_dir.resolve().name, progress,
+                                 force)
     click.echo(f"wrote {pages} pages: {(out / 'index.html').resolve().as_uri()}")
 
 
