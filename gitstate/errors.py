@@ -14,7 +14,8 @@ that refused the call, so a person or a model can act on it::
     │   ├── KeyCapReached                  1  keys.cap        carries the live keys
     │   ├── SectionTooLarge                1  section.max_bytes
     │   ├── InjectionTooLarge              1  injection.max_chars
-    │   └── HandoffTooLarge                1  handoff.max_bytes
+    │   ├── HandoffTooLarge                1  handoff.max_bytes
+    │   └── ThreadSuperseded               1  thread.superseded  another writer claimed it
     ├── ConfigError                        1  config.*        config.toml is invalid
     └── StoreError                         3  store.*         the repository cannot be used
         ├── HistoryRewritten               3  store.rewritten
@@ -108,6 +109,13 @@ class HandoffTooLarge(Refused):
     """A structured handoff exceeds ``working_state_handoff_max_bytes``."""
 
     rule = "handoff.max_bytes"
+
+
+class ThreadSuperseded(Refused):
+    """Another writer claimed the LangGraph thread since this one did (lgfence.py): the
+    write was refused and nothing of it was written."""
+
+    rule = "thread.superseded"
 
 
 class ConfigError(GitStateError):

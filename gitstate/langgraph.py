@@ -61,8 +61,9 @@ except ImportError as exc:  # the extra is not installed: say which one
     raise ImportError("gitstate.langgraph needs the langgraph extra: pip install "
                       f"'gitstate[langgraph]' ({exc})") from exc
 
-from . import layout, lgjournal, locking, maintenance, rules
+from . import layout, lgjournal, maintenance, rules
 from .errors import StoreError
+from .lgfence import ThreadFence
 from .lgformat import (
     ARCHIVE,
     CHANNEL,
@@ -97,7 +98,7 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
     module docstring). ``agent_dir`` is a gitstate agent directory (made if absent)."""
 
     def __init__(self, agent_dir: str | Path, *,
-                 serde: SerializerProtocol | None = None) -> None:
+                 serde: SerializerProtocol | None = None, owner: str | None = None) -> None:
         super().__init__(serde=serde)
         from .repo import StateRepo
 
@@ -113,6 +114,7 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
         self.index = CheckpointIndex(self.store.git_dir / layout.THREAD_INDEX_FILE)
         self._latest_at: dict[str, str | None] = {}  # commit -> its Gitstate-Latest
         self._puts = 0
+        self.fence = ThreadFence(self._lock_path, owner)  # one writer per thread (lgfence)
 
     def close(self) -> None:
         self.repo.close()
@@ -123,9 +125,18 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _lock_path(self, thread_id: str) -> Path:
+        return self.store.git_dir / layout.THREAD_LOCK_FILE.format(
+            digest=self._digest(thread_id))
+
     def _lock(self, thread_id: str) -> Any:
-        return locking.exclusive(self.store.git_dir / layout.THREAD_LOCK_FILE.format(
-            digest=self._digest(thread_id)))
+        return self.fence.locked(thread_id)
+
+    def claim(self, thread_id: str) -> int:
+        """Become the thread's one writer now (docs/langgraph.md, "One writer per
+        thread"): a saver that wrote it before is refused from its next write on
+        (``thread.superseded``). A saver's first write to a thread claims it too."""
+        return self.fence.claim(str(thread_id))
 
     # -- reading --------------------------------------------------------------------------
 
@@ -213,7 +224,7 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
         refuse_secrets(files, "\n".join(lines))
         wanted = {channel_file(ch) for ch in stored["channel_versions"]}
         ref = self.ref_name(thread_id, ns, "checkpoints")
-        with self.mutex, self._lock(thread_id):
+        with self.mutex, self.fence.writing(thread_id):
             journal = self._journal(thread_id)
             raw = [w for w in journal.read() if w.ns == ns]
             folded = lgjournal.merge(raw)
@@ -302,7 +313,7 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
         refuse_secrets({f"pending write {w.task_id}/{w.idx} ({w.channel})": w.value
                         for w in records}, f"{task_path} {cid}")
         if records:
-            with self.mutex, self._lock(thread_id):
+            with self.mutex, self.fence.writing(thread_id):
                 self._journal(thread_id).append(records)
 
     def commit_pending_writes(self, thread_id: str) -> Sequence[str]:

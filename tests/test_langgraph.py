@@ -114,7 +114,7 @@ WRITER = """
 import sys, time, json
 from gitstate.langgraph import GitCheckpointSaver
 from langgraph.checkpoint.base import empty_checkpoint
-saver = GitCheckpointSaver(sys.argv[1])
+saver = GitCheckpointSaver(sys.argv[1], owner=sys.argv[5] if len(sys.argv) > 5 else None)
 thread, n = sys.argv[2], int(sys.argv[3])
 parent = None
 waits = []
@@ -134,9 +134,11 @@ print(json.dumps({"max": max(waits), "median": sorted(waits)[len(waits) // 2]}))
 """
 
 
-def _writers(agent: Path, threads: list[str], n: int) -> list[dict[str, float]]:
+def _writers(agent: Path, threads: list[str], n: int,
+             owner: str | None = None) -> list[dict[str, float]]:
     GitCheckpointSaver(agent).close()
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(agent), t, str(n), f"w{i}"],
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(agent), t, str(n), f"w{i}",
+                               *([owner] if owner else [])],
                               cwd=ROOT, stdout=subprocess.PIPE, text=True)
              for i, t in enumerate(threads)]
     out = []
@@ -163,8 +165,10 @@ def test_writers_of_different_threads_do_not_wait_for_each_other(tmp_path: Path)
 
 
 def test_writers_of_one_thread_lose_no_checkpoint(tmp_path: Path) -> None:
+    """Two processes that name one owner (a pool acting as the thread's one writer, so
+    the fence lets both write) interleave their puts: compare-and-swap loses none."""
     agent = tmp_path / "agent"
-    _writers(agent, ["shared", "shared"], 40)
+    _writers(agent, ["shared", "shared"], 40, owner="pool-1")
     with GitCheckpointSaver(agent) as saver:
         listed = list(saver.list({"configurable": {"thread_id": "shared"}}))
         assert len(listed) == 80
