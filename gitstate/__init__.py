@@ -26,6 +26,8 @@ _EXPORTS = {
     "KeyState": "results", "Overridden": "results", "SyncResult": "results",
     "Refusal": "results", "refusal": "results", "to_json": "results",
     "SyncStatus": "results", "SchemaReport": "results", "ChangeRecord": "projection",
+    "HistoryEntry": "records", "RunSummary": "records", "RunGoal": "records",
+    "NextAction": "records", "ApprovalRequest": "records",
     # the model and the configuration
     "Entry": "model", "Handoff": "model", "State": "model", "Scalar": "model",
     "Value": "model", "Verdict": "approvals", "Spend": "approvals",
@@ -43,6 +45,7 @@ _EXPORTS = {
 
 __all__ = [  # the keys of _EXPORTS and the version (a test keeps the two in step)
     "UNSET",
+    "ApprovalRequest",
     "CasMismatch",
     "ChangeRecord",
     "Check",
@@ -54,17 +57,21 @@ __all__ = [  # the keys of _EXPORTS and the version (a test keeps the two in ste
     "GitStateError",
     "Handoff",
     "HandoffTooLarge",
+    "HistoryEntry",
     "HistoryRewritten",
     "InjectionTooLarge",
     "InvalidInput",
     "KeyCapReached",
     "KeyState",
     "LockTimeout",
+    "NextAction",
     "NotInitialized",
     "Observation",
     "Overridden",
     "Refusal",
     "Refused",
+    "RunGoal",
+    "RunSummary",
     "Scalar",
     "SchemaReport",
     "SectionTooLarge",
@@ -117,6 +124,7 @@ if TYPE_CHECKING:
     from .model import Entry, Handoff, Scalar, State, Value
     from .planners import UNSET, Expected, Observation, Unset
     from .projection import ChangeRecord
+    from .records import ApprovalRequest, HistoryEntry, NextAction, RunGoal, RunSummary
     from .repo import StateRepo
     from .results import (
         DiscardResult,

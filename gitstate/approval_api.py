@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from . import approval_life, approvals, requests, rules
 from .approvals import Spend, Verdict
 from .errors import GitStateError, InvalidInput, Refused, StoreError
+from .records import ApprovalRequest
 
 if TYPE_CHECKING:
     from .approval_policy import ApprovalPolicy
@@ -55,9 +56,12 @@ class ApprovalMethods:
         return dict(schema.approvals) if schema else {}
 
     def request_approval(self, tool: str, args: Any, reason: str, *,
-                         actor: str | None = None, request_id: str | None = None) -> str:
-        """Freeze ``tool(args)`` as a pending approval (one commit); returns its id. Only a
-        tool the schema's ``approvals`` names can be requested."""
+                         actor: str | None = None,
+                         request_id: str | None = None) -> ApprovalRequest:
+        """Freeze ``tool(args)`` as a pending approval (one commit). Returns an
+        :class:`ApprovalRequest`: the approval's id (a ``str``) with the commit, tool,
+        arguments and reason. Only a tool the schema's ``approvals`` names can be
+        requested."""
         tool = rules.check_key(tool)
         if not isinstance(args, dict):
             raise InvalidInput("a tool's arguments are a JSON object", rule="approval.args")
@@ -72,7 +76,8 @@ class ApprovalMethods:
 
         result = self.engine.write(plan, request)
         assert result.key is not None
-        return result.key[len(approvals.PREFIX):]
+        return ApprovalRequest(result.key[len(approvals.PREFIX):], commit=result.commit,
+                               tool=tool, args=args, reason=reason)
 
     def approve(self, approval_id: str, reason: str, *, actor: str | None = None,
                 request_id: str | None = None) -> WriteResult:
@@ -265,7 +270,7 @@ class ApprovalMethods:
         ledger = self.runs
         view = ledger.read(run_id)
         writers, _main = ledger.policy()
-        runs.apply_event({"format": runs.FORMAT, "goal": view.goal, "state": view.state},
+        runs.apply_event({"format": runs.FORMAT, "goal": view.goal.to_dict(), "state": view.state},
                          _result_event(call_id, approval_id, self.now()), self.writer,
                          self.now(), writers=writers)
 

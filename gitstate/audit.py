@@ -28,6 +28,7 @@ from .model import (
     parse_time,
 )
 from .projection import ChangeRecord, Mark, record
+from .records import HistoryEntry
 from .replay import ReplayError, apply_change
 from .trailers import NotAGitstateCommit, parse_message
 from .values import changes as value_changes
@@ -72,7 +73,7 @@ def _by_prefix(repo: StateRepo, prefix: str) -> str:
     if len(prefix) == 40:
         repo.store.commit_info(prefix)  # raises when missing
         return prefix
-    found = {r["commit"] for r in repo.full_history() if r["commit"].startswith(prefix)}
+    found = {r["commit"] for r in repo.reader.full_history() if r["commit"].startswith(prefix)}
     if len(found) == 1:
         return str(found.pop())
     if not found:
@@ -84,7 +85,7 @@ def _by_prefix(repo: StateRepo, prefix: str) -> str:
 def commit_at(repo: StateRepo, moment: datetime) -> str:
     """The commit that was HEAD at ``moment``: the newest in the chain made at or before it."""
     stamp = moment.astimezone(UTC)
-    for rec in repo.history_iter():
+    for rec in repo.reader.history_iter():
         if parse_time(rec["time"]) <= stamp:
             return str(rec["commit"])
     from .config import resolve_tz
@@ -110,11 +111,17 @@ def resolve_at(repo: StateRepo, at: str) -> tuple[str, datetime]:
 
 
 def log(repo: StateRepo, key: str | None = None, limit: int | None = None,
-        since: datetime | None = None) -> Iterator[ChangeRecord]:
-    """Changes newest first, optionally for one key and since a time."""
+        since: datetime | None = None) -> Iterator[HistoryEntry]:
+    """Changes newest first, optionally for one key and since a time (typed entries)."""
+    return map(HistoryEntry.of, changes(repo, key, limit, since))
+
+
+def changes(repo: StateRepo, key: str | None = None, limit: int | None = None,
+            since: datetime | None = None) -> Iterator[ChangeRecord]:
+    """:func:`log` as the projection's records (what the CLI's ``log --json`` prints)."""
     needle = None if key is None else f'"key": "{key}"'.encode()
     count = 0
-    for rec in repo.history_iter(needle):
+    for rec in repo.reader.history_iter(needle):
         if key is not None and rec.get("key") != key and key not in (rec.get("adopt") or {}).get(
                 "keys", {}):
             continue
@@ -129,7 +136,7 @@ def log(repo: StateRepo, key: str | None = None, limit: int | None = None,
 def keys_ever(repo: StateRepo) -> set[str]:
     """Every key any change touched (for telling a mistyped key from a quiet one)."""
     keys: set[str] = set()
-    for rec in repo.history_iter():
+    for rec in repo.reader.history_iter():
         keys.update([rec["key"]] if rec["key"] else (rec.get("adopt") or {}).get("keys", {}))
     return keys
 
@@ -139,7 +146,7 @@ def blame(repo: StateRepo) -> dict[str, dict[str, Any]]:
     state = repo.state()
     wanted = set(state.keys)
     found: dict[str, ChangeRecord] = {}
-    for rec in repo.history_iter():
+    for rec in repo.reader.history_iter():
         key = rec["key"]
         touched = {key} if key else set((rec.get("adopt") or {}).get("keys", {}))
         for key in touched & (wanted - found.keys()):

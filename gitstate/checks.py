@@ -163,10 +163,11 @@ def _injection(before: State, after: State, now: datetime, config: Config,
     runtime keeps, so no wake-up ever gets a cut injection."""
     limit = config.injection_max_chars
     compiled = schema.compiled() if schema else None
-    if section_chars_bound(after, now, compiled) <= limit:
+    tool = config.set_tool
+    if section_chars_bound(after, now, compiled, tool) <= limit:
         return  # far from the limit: the exact count is not needed
-    size = section_chars(after, now, compiled)
-    if size <= limit or size <= section_chars(before, now, compiled):
+    size = section_chars(after, now, compiled, tool)
+    if size <= limit or size <= section_chars(before, now, compiled, tool):
         return
     if after.handoff != before.handoff:
         advice = f"Shorten the handoff by at least {size - limit} characters."

@@ -43,6 +43,10 @@ class Config:
     injection_max_chars: int = 10000
     handoff_plain_max_chars: int = 1200
     locale: str = "zh-TW"
+    # the MCP tool names the section tells the model to call (a runtime that exposes the
+    # tools under other names sets them; docs/mcp.md, "Tool names in the section")
+    set_tool: str = "working_state_set"
+    get_tool: str = "working_state_get"
     timezone: str | None = None  # None: the machine's local time zone
     identity_name: str = "gitstate"
     identity_email: str = "gitstate@localhost"
@@ -90,6 +94,8 @@ _SETTINGS: dict[tuple[str, str], tuple[str, type, int | None, int | None]] = {
     ("gitstate", "injection_max_chars"): ("injection_max_chars", int, 1000, 1_000_000),
     ("gitstate", "handoff_plain_max_chars"): ("handoff_plain_max_chars", int, 80, 16384),
     ("gitstate", "locale"): ("locale", str, None, None),
+    ("gitstate", "set_tool"): ("set_tool", str, None, None),
+    ("gitstate", "get_tool"): ("get_tool", str, None, None),
     ("gitstate", "timezone"): ("timezone", str, None, None),
     ("gitstate", "identity_name"): ("identity_name", str, None, None),
     ("gitstate", "identity_email"): ("identity_email", str, None, None),
@@ -238,6 +244,12 @@ def config_from_dict(raw: dict[str, Any], *, source: str = "config") -> Config:
         )
     if config.timezone is not None:
         check_timezone(config.timezone)
+    for name in ("set_tool", "get_tool"):
+        tool = getattr(config, name)
+        if not (0 < len(tool) <= 64 and tool.isascii() and
+                tool.replace("_", "a").replace("-", "a").replace(".", "a").isalnum()):
+            raise _error(f"{source}: [gitstate] {name} must be a tool name (1-64 letters, "
+                         f"digits, _ - .), not {tool!r}", rule="config.tool_name")
     if config.durability not in DURABILITY_MODES:
         raise _error(f"{source}: [gitstate] durability must be one of "
                      f"{', '.join(DURABILITY_MODES)}", rule="config.durability")

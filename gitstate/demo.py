@@ -186,6 +186,6 @@ def _print_log(repo: StateRepo) -> None:
             for line in out.stdout.rstrip().splitlines():
                 click.echo("  " + line)
             return
-    for rec in repo.history(50):
+    for rec in [r.to_dict() for r in repo.history(50)]:
         click.echo(f"  {rec['commit'][:7]} {rec['time']} {rec['op']} {rec['key'] or ''}: "
                    f"{rec['reason']}")

@@ -146,7 +146,7 @@ def run_block(agent_dir: str | os.PathLike[str], run_id: str, *, locale: str,
 
         with StateRepo(os.fspath(agent_dir), config=config) as repo:
             view = repo.runs.read(run_id)
-        run, head = {"goal": view.goal, "state": view.state}, view.head
+        run, head = {"goal": view.goal.to_dict(), "state": view.state}, view.head
     text = render_run(run, next_action(run, now), locale, resolve_tz(config.timezone))
     return text, head
 
@@ -157,20 +157,23 @@ CLAUDE_CODE_MAX_CHARS = 10_000  # what Claude Code keeps of a hook's additionalC
 def section(
     agent_dir: str | os.PathLike[str], *, locale: str | None = None,
     now: datetime | None = None, max_chars: int | None = None,
-    config: Config | None = None,
+    config: Config | None = None, set_tool: str | None = None, get_tool: str | None = None,
 ) -> tuple[str, list[str]]:
     """The section for a wake-up, and warnings for stderr (hand edits, a withheld handoff).
     ``max_chars`` is the receiving runtime's budget (see ``render.fit``); ``config`` spares
-    reading config.toml again when the caller has it."""
+    reading config.toml again when the caller has it; ``set_tool`` / ``get_tool`` are the
+    tool names the section cites (default: config.toml's [gitstate] set_tool / get_tool,
+    else working_state_set / working_state_get)."""
     text, warnings, _ = section_at_head(agent_dir, locale=locale, now=now,
-                                        max_chars=max_chars, config=config)
+                                        max_chars=max_chars, config=config,
+                                        set_tool=set_tool, get_tool=get_tool)
     return text, warnings
 
 
 def section_at_head(
     agent_dir: str | os.PathLike[str], *, locale: str | None = None,
     now: datetime | None = None, max_chars: int | None = None,
-    config: Config | None = None,
+    config: Config | None = None, set_tool: str | None = None, get_tool: str | None = None,
 ) -> tuple[str, list[str], str | None]:
     """:func:`section`, and the commit it was rendered from (None: nothing rendered)."""
     config = config or load_config(agent_dir)
@@ -189,19 +192,23 @@ def section_at_head(
 
         with StateRepo(os.fspath(agent_dir), config=config) as repo:
             head = repo.head()
-            text = repo.render(now=moment, locale=locale, max_chars=max_chars, commit=head)
+            text = repo.render(now=moment, locale=locale, max_chars=max_chars, commit=head,
+                               set_tool=set_tool, get_tool=get_tool)
             warnings = repo.worktree_warnings()
-            full = repo.render(now=moment, locale=locale, commit=head) if max_chars else text
+            full = repo.render(now=moment, locale=locale, commit=head,
+                               set_tool=set_tool) if max_chars else text
     else:
         state, compiled, head = fast
         extra = phase_lines(compiled, state, moment, locale)
         tz = resolve_tz(config.timezone)
-        full = render(state, moment, locale, tz, extra)
+        set_tool = set_tool or config.set_tool
+        full = render(state, moment, locale, tz, extra, set_tool)
         text, warnings = full, []
         # fit renders again only when the handoff must give way (the same test fit makes)
         if max_chars is not None and state.handoff is not None and \
                 text_chars(full) > max_chars:
-            text = fit(state, moment, locale, tz, extra, max_chars)[0]
+            text = fit(state, moment, locale, tz, extra, max_chars, set_tool,
+                       get_tool or config.get_tool)[0]
     if text != full:
         warnings.append(f"the section is {text_chars(full)} characters, over this runtime's "
                         f"budget of {max_chars}: the handoff line was left out (every key line "
@@ -434,13 +441,14 @@ def reproduce(agent_dir: str | os.PathLike[str], receipt: dict[str, object]) -> 
             commit = str(receipt["head"])
             state, schema = repo.state_at(commit), repo.schema_at(commit)
             extra = phase_lines(schema.compiled() if schema else None, state, moment, locale)
-            text = fit(state, moment, locale, tz, extra, budget)[0] if budget else \
-                render(state, moment, locale, tz, extra)
+            tools = repo.config.set_tool, repo.config.get_tool
+            text = fit(state, moment, locale, tz, extra, budget, *tools)[0] if budget else \
+                render(state, moment, locale, tz, extra, tools[0])
         if receipt["run_id"] and receipt["run_head"]:
             from .runrender import render_run
             from .runs import next_action
 
             view = repo.runs.read(str(receipt["run_id"]), str(receipt["run_head"]))
-            run = {"goal": view.goal, "state": view.state}
+            run = {"goal": view.goal.to_dict(), "state": view.state}
             block = render_run(run, next_action(run, moment), locale, tz)
     return compose(text, block, str(receipt["runtime"]), str(receipt["event"]))

@@ -59,7 +59,9 @@ def opened_row(agent: Path, expiring_hours: float, full: bool) -> dict[str, Any]
         now = repo.now()
         st = repo.sync_status()
         checks = audit.verify(repo, use_git=False) if full else audit.quick_checks(repo)
-        return _row(repo.state().live(now), repo.history(1)[0], now, expiring_hours, checks,
+        mark, head = repo.reader.snapshot()
+        last = repo.reader.recent(head, 1, mark)[0][0]
+        return _row(repo.state().live(now), last, now, expiring_hours, checks,
                     st.ahead, st.behind, st.remote_url, full)
 
 

@@ -25,6 +25,7 @@ from . import locking, runs
 from .errors import InvalidInput, StoreError
 from .layout import RUN_CACHE_DIR, RUN_LOCK_FILE
 from .model import format_time
+from .records import NextAction, RunGoal, RunSummary
 from .results import RunView
 from .runformat import (
     PREFIX,
@@ -92,8 +93,8 @@ class Ledger:
                 raise StoreError(f"{head[:12]} on {ref} holds no readable {RUN_FILE}",
                                  rule="run.damaged")
             run = json.loads(data)
-        return RunView(run_id, head, run["goal"], run["state"],
-                       runs.next_action(run, self._now()))
+        return RunView(run_id, head, RunGoal.of(run["goal"]), run["state"],
+                       NextAction.of(runs.next_action(run, self._now())))
 
     def _fold(self) -> None:
         """After the run's lock is released: fold small packs, as main's writes do (each
@@ -151,7 +152,7 @@ class Ledger:
             now = self._dated(view.head, main if linked else None)
             try:
                 decisions = Links(self.store, main).decisions(event, now) if linked else None
-                run = runs.apply_event({"format": runs.FORMAT, "goal": view.goal,
+                run = runs.apply_event({"format": runs.FORMAT, "goal": view.goal.to_dict(),
                                         "state": view.state}, event, who, now,
                                        writers=writers, approvals=decisions)
             except runs.RunRefused as exc:
@@ -198,7 +199,8 @@ class Ledger:
         if commit is None:  # the ref moved outside our lock: another tool writes it
             raise StoreError(f"{self._ref(run_id)} moved while writing", rule="store.contention")
         _cache(self.store.git_dir, run_id, commit, data)
-        return RunView(run_id, commit, run["goal"], run["state"], runs.next_action(run, now))
+        return RunView(run_id, commit, RunGoal.of(run["goal"]), run["state"],
+                       NextAction.of(runs.next_action(run, now)))
 
     def _replayed(self, run_id: str, request_id: str | None) -> RunView | None:
         if request_id is None or self.store.ref(self._ref(run_id)) is None:
@@ -214,7 +216,7 @@ class Ledger:
                 return view
         return None
 
-    def listing(self) -> list[dict[str, Any]]:
+    def listing(self) -> list[RunSummary]:
         """Every run: id, status, stop reason, head. Each run.json comes from the cache
         beside the ref while it names the ref's commit, else from the store."""
         out = []
@@ -223,13 +225,12 @@ class Ledger:
             try:
                 if run is None:
                     view = self.read(name, head)
-                    run = {"goal": view.goal, "state": view.state}
+                    run = {"goal": view.goal.to_dict(), "state": view.state}
                 goal, state = run["goal"], run["state"]
-                out.append({"run_id": name, "head": head, "status": goal["status"],
-                            "stop_reason": state["stop_reason"],
-                            "updated_at": goal["updated_at"]})
+                out.append(RunSummary(name, head, goal["status"], state["stop_reason"],
+                                      goal["updated_at"]))
             except (StoreError, ValueError, KeyError, TypeError) as exc:
-                out.append({"run_id": name, "head": head, "error": str(exc)})
+                out.append(RunSummary(name, head, error=str(exc)))
         return out
 
     def read_at(self, run_id: str, at: str) -> RunView:

@@ -178,7 +178,7 @@ def key_view(repo: StateRepo, key: str) -> dict[str, Any]:
 
     rules.check_key(key)
     entry = repo.state().keys.get(key)
-    chain = list(audit.log(repo, key=key, limit=KEY_CHAIN))
+    chain = list(audit.changes(repo, key=key, limit=KEY_CHAIN))
     return {"key": key, "entry": {**entry.to_dict(), "expired": entry.is_expired(repo.now())}
             if entry else None, "history": chain}
 

@@ -41,6 +41,17 @@ HEADER = {
     ),
 }
 
+SET_TOOL = "working_state_set"  # the tool names the section cites, unless configured
+GET_TOOL = "working_state_get"  # ([gitstate] set_tool / get_tool)
+
+
+def header(locale: str, set_tool: str = SET_TOOL) -> tuple[str, ...]:
+    """The section's heading lines, naming ``set_tool`` as the tool that changes an entry."""
+    lines = HEADER[locale]
+    return lines if set_tool == SET_TOOL else tuple(h.replace(SET_TOOL, set_tool)
+                                                    for h in lines)
+
+
 # locale -> (set, reason, expiry, open, sep, close)
 _KEY_WORDS = {
     "zh-TW": ("{t} 設", "理由：", "有效至 ", "（", "；", "）"),
@@ -146,15 +157,17 @@ def render(
     locale: str,
     tz: tzinfo,
     extra_lines: Iterable[str] = (),
+    set_tool: str = SET_TOOL,
 ) -> str:
-    """The section a wake-up receives; the empty string when there is nothing live."""
+    """The section a wake-up receives; the empty string when there is nothing live.
+    ``set_tool``: the name the model calls the set tool by in its runtime."""
     lines = [key_line(k, e, locale, tz) for k, e in ordered_live(state, now)]
     lines.extend(extra_lines)
     if state.handoff is not None:
         lines.append(handoff_line(state.handoff, locale, tz))
     if not lines:
         return ""
-    return "\n".join((*HEADER[locale], *lines)) + "\n"
+    return "\n".join((*header(locale, set_tool), *lines)) + "\n"
 
 
 def text_chars(text: str) -> int:
@@ -172,7 +185,8 @@ def text_chars(text: str) -> int:
 _ASTRAL_LEADS = (b"\xf0", b"\xf1", b"\xf2", b"\xf3", b"\xf4")
 
 
-def section_chars(state: State, now: datetime, compiled: dict[str, object] | None) -> int:
+def section_chars(state: State, now: datetime, compiled: dict[str, object] | None,
+                  set_tool: str = SET_TOOL) -> int:
     """The longest the whole section gets, in any locale (zone-independent: times have a
     fixed width): what injection_max_chars limits at write time. Equal to
     ``text_chars(render(...))``, summed from cached line sizes so a write does not render
@@ -185,24 +199,25 @@ def section_chars(state: State, now: datetime, compiled: dict[str, object] | Non
         if state.handoff is not None:
             lines.append(_handoff_chars(state.handoff)[n])
         if lines:  # header lines and every line end in a newline
-            header = sum(text_chars(h) for h in HEADER[locale])
-            longest = max(longest, header + sum(lines) + len(HEADER[locale]) + len(lines))
+            head = header(locale, set_tool)
+            size = sum(text_chars(h) for h in head)
+            longest = max(longest, size + sum(lines) + len(head) + len(lines))
     return longest
 
 
-def section_chars_bound(state: State, now: datetime,
-                        compiled: dict[str, object] | None) -> int:
+def section_chars_bound(state: State, now: datetime, compiled: dict[str, object] | None,
+                        set_tool: str = SET_TOOL) -> int:
     """A cheap upper bound of :func:`section_chars` (each line counted in its longest
     locale, from the cached line sizes), so that a write pays for the exact count only
     when the section comes near the limit."""
-    header = max(sum(len(h.encode()) + 1 for h in lines) for lines in HEADER.values())
+    head = max(sum(len(h.encode()) + 1 for h in header(loc, set_tool)) for loc in HEADER)
     keys = sum(max(_line_sizes(k, e)[1]) + 1 for k, e in state.live(now).items())
     phase = max((sum(len(line.encode()) + 1 for line in phase_lines(compiled, state, now, loc))
                  for loc in HEADER), default=0)
     handoff = 0
     if state.handoff is not None:
         handoff = max(_handoff_chars(state.handoff)) + 1
-    return header + keys + phase + handoff
+    return head + keys + phase + handoff
 
 
 @functools.lru_cache(maxsize=64)
@@ -223,14 +238,15 @@ _WITHHELD = {
 
 
 def fit(state: State, now: datetime, locale: str, tz: tzinfo, extra_lines: list[str],
-        limit: int) -> tuple[str, bool]:
+        limit: int, set_tool: str = SET_TOOL, get_tool: str = GET_TOOL) -> tuple[str, bool]:
     """The section within ``limit`` characters, never by cutting a key line: when the whole
     section is longer (a state written before the limit, or a runtime with a smaller budget
     than config.toml's), the handoff line gives way to a short line saying where it is.
     Returns the text and whether the handoff was withheld."""
-    text = render(state, now, locale, tz, extra_lines)
+    text = render(state, now, locale, tz, extra_lines, set_tool)
     if text_chars(text) <= limit or state.handoff is None:
         return text, False
     full = handoff_line(state.handoff, locale, tz)
-    notice = _WITHHELD[locale].format(n=text_chars(full))
-    return render(state.with_handoff(None), now, locale, tz, [*extra_lines, notice]), True
+    notice = _WITHHELD[locale].format(n=text_chars(full)).replace(GET_TOOL, get_tool)
+    return render(state.with_handoff(None), now, locale, tz, [*extra_lines, notice],
+                  set_tool), True

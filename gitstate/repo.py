@@ -27,8 +27,9 @@ from .layout import STATE_DIR, STATE_FILE, WRITTEN_DIRS, stray_files
 from .maintree import MainTree
 from .model import EMPTY, State, Value, format_time
 from .planners import UNSET, Base, Expected, Observation, Plan
-from .projection import ChangeRecord, Projection
+from .projection import Projection
 from .reader import StateReader
+from .records import HistoryEntry
 from .render import fit, phase_lines, render, section_key_bytes
 from .results import (
     DiscardResult,
@@ -213,20 +214,18 @@ class StateRepo(ApprovalMethods, RunMethods):
     def worktree_warnings(self) -> list[str]:
         return self.reader.worktree_warnings()
 
-    def history(self, n: int = HISTORY_IN_GET) -> list[ChangeRecord]:
-        """The newest ``n`` changes, newest first, from the projection (caught up in memory
-        when it is behind, without taking the write lock)."""
+    def history(self, n: int = HISTORY_IN_GET) -> list[HistoryEntry]:
+        """The newest ``n`` changes, newest first (the projection, caught up in memory)."""
         mark, head = self.reader.snapshot()
-        return self.reader.recent(head, n, mark)[0]
+        return [HistoryEntry.of(r) for r in self.reader.recent(head, n, mark)[0]]
 
-    def history_iter(self, contains: bytes | None = None) -> Iterator[ChangeRecord]:
-        """Every change newest first (``contains``: only projection lines with these
-        bytes, for a fast search)."""
-        return self.reader.history_iter(contains)
+    def history_iter(self, contains: bytes | None = None) -> Iterator[HistoryEntry]:
+        """Every change newest first (``contains``: only lines with these bytes)."""
+        return map(HistoryEntry.of, self.reader.history_iter(contains))
 
-    def full_history(self) -> list[ChangeRecord]:
+    def full_history(self) -> list[HistoryEntry]:
         """Every change, oldest first."""
-        return self.reader.full_history()
+        return [HistoryEntry.of(r) for r in self.reader.full_history()]
 
     def rebuild_history(self) -> int:
         """Rewrite the projection from git alone (also accepts a rewritten branch)."""
@@ -255,8 +254,8 @@ class StateRepo(ApprovalMethods, RunMethods):
             return StateView(
                 head=head, now=format_time(moment),
                 keys={k: KeyState.of(e, k not in live) for k, e in sorted(state.keys.items())},
-                handoff=state.handoff, history=recent, live_keys=len(live),
-                max_keys=self.config.max_keys,
+                handoff=state.handoff, history=[HistoryEntry.of(r) for r in recent],
+                live_keys=len(live), max_keys=self.config.max_keys,
                 section_bytes=section_key_bytes(state, moment),
                 section_max_bytes=self.config.section_max_bytes,
                 schema_version=schema.version if schema else None,
@@ -265,11 +264,13 @@ class StateRepo(ApprovalMethods, RunMethods):
                 warnings=self.worktree_warnings() + rewritten if commit is None else [])
 
     def render(self, now: datetime | None = None, locale: str | None = None,
-               commit: str | None = None, max_chars: int | None = None) -> str:
+               commit: str | None = None, max_chars: int | None = None,
+               set_tool: str | None = None, get_tool: str | None = None) -> str:
         """The section for a wake-up at ``now`` (of the state at ``commit``, default HEAD);
         empty when injection is disabled. With ``max_chars`` (a runtime's budget), a section
         that would be longer has its handoff line replaced by a pointer to it
-        (``render.fit``); key lines are never cut."""
+        (``render.fit``); key lines are never cut. ``set_tool`` / ``get_tool``: the tools
+        it names (default: [gitstate] set_tool / get_tool)."""
         if not self.config.enabled:
             return ""
         locale = locale or self.config.locale
@@ -280,9 +281,10 @@ class StateRepo(ApprovalMethods, RunMethods):
         schema = self.schema_at(commit)
         extra = phase_lines(schema.compiled() if schema else None, state, moment, locale)
         tz = resolve_tz(self.config.timezone)
+        tools = set_tool or self.config.set_tool, get_tool or self.config.get_tool
         if max_chars is not None:
-            return fit(state, moment, locale, tz, extra, max_chars)[0]
-        return render(state, moment, locale, tz, extra)
+            return fit(state, moment, locale, tz, extra, max_chars, *tools)[0]
+        return render(state, moment, locale, tz, extra, tools[0])
 
     # -- writing --------------------------------------------------------------------------
 
@@ -472,8 +474,6 @@ def _create(state_dir: Path, config: Config, actor: str,
                     Projection(state_dir).catch_up(store, commit)
     finally:
         store.close()
-
-
 
 
 def _refuse_foreign(state_dir: Path) -> None:

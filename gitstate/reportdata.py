@@ -46,7 +46,7 @@ def overview(repo: StateRepo, name: str, use_git: bool = False) -> dict[str, Any
             "status": state.handoff.status},
         "checks": checks, "ok": all(c["ok"] for c in checks),
         "wakeups": list(_take(receipts.entries(git_dir), RECENT)),
-        "commits": [dict(r) for r in repo.history(RECENT)],
+        "commits": [r.to_dict() for r in repo.history(RECENT)],
         "refused": list(_take((e for e in refusals.entries(repo.store)
                                if not e.get("damaged")), RECENT)),
     }
@@ -67,7 +67,7 @@ def timelines(repo: StateRepo) -> dict[str, dict[str, Any]]:
     def line(key: str) -> dict[str, Any]:
         return out.setdefault(key, {"events": [], "refused": [], "wakeups": []})
 
-    for rec in repo.full_history():  # oldest first
+    for rec in repo.reader.full_history():  # oldest first
         keys = [str(rec["key"])] if rec.get("key") else sorted(
             str(k) for k in (rec.get("adopt") or {}).get("keys", {}))
         for key in keys:
@@ -142,7 +142,7 @@ def commit_pages(repo: StateRepo, limit: int = COMMIT_PAGES) -> list[dict[str, A
     from .audit import show
 
     pages = []
-    for rec in repo.history(limit):
+    for rec in [r.to_dict() for r in repo.history(limit)]:
         data = show(repo, rec["commit"])
         moment = parse_time(rec["time"])
         data["section_after"] = repo.render(now=moment, commit=rec["commit"])

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from .errors import GitStateError
 from .model import Entry, Handoff, Value
-from .projection import ChangeRecord
+from .records import HistoryEntry, MappingCompat, NextAction, RunGoal
 
 
 def doc(text: str) -> dict[str, str]:
@@ -90,12 +90,12 @@ class RunView:
 
     run_id: str = field(metadata=doc("The run."))
     head: str = field(metadata=doc("The commit of the run's ref this was read at."))
-    goal: dict[str, Any] = field(metadata=doc(
+    goal: RunGoal = field(metadata=doc(
         "The goal record: description, success_criteria, constraints, risk_class, status..."))
     state: dict[str, Any] = field(metadata=doc(
         "The run state: current_step, pending_steps, open_questions, evidence_refs, "
         "approval_refs, budget_state, stop_reason, version..."))
-    next: dict[str, Any] = field(metadata=doc(
+    next: NextAction = field(metadata=doc(
         "What the runtime does next: action (continue, ask_approval, escalate, stop) and "
         "reason."))
     replayed: bool = field(default=False, metadata=doc(
@@ -103,8 +103,8 @@ class RunView:
     ok: Literal[True] = True
 
     def to_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "head": self.head, "goal": self.goal,
-                "state": self.state, "next": self.next, "replayed": self.replayed}
+        return {"run_id": self.run_id, "head": self.head, "goal": self.goal.to_dict(),
+                "state": self.state, "next": self.next.to_dict(), "replayed": self.replayed}
 
 
 @dataclass
@@ -124,7 +124,7 @@ class StateView:
     now: str = field(metadata=doc("The moment expiry was evaluated at (UTC)."))
     keys: dict[str, KeyState] = field(metadata=doc("Every key; expired ones are marked."))
     handoff: Handoff | None
-    history: list[ChangeRecord] = field(metadata=doc(
+    history: list[HistoryEntry] = field(metadata=doc(
         "Recent changes, newest first (the projection's records, docs/auditing.md)."))
     live_keys: int
     max_keys: int
@@ -196,7 +196,7 @@ class Refusal:
         "The rule that refused the call, e.g. cas.mismatch, keys.cap, key.charset; internal for a "
         "failure."))
     message: str = field(metadata=doc("What happened and what to do."))
-    current: dict[str, Any] | None = field(default=None, metadata=doc(
+    current: KeyState | None = field(default=None, metadata=doc(
         "(cas.mismatch) The key's current entry in HEAD: value, reason, set time."))
     expected: Value | None = field(default=None, metadata=doc(
         "(cas.mismatch) The value the call expected."))
@@ -212,6 +212,10 @@ KNOWN_DETAILS = ("current", "expected", "live_key_names")
 def refusal(exc: GitStateError) -> Refusal:
     details = dict(exc.details)
     known = {name: details.pop(name) for name in KNOWN_DETAILS if name in details}
+    if isinstance(known.get("current"), dict):
+        c = known["current"]
+        known["current"] = KeyState(c["value"], c["set_at"], c["reason"], c["actor"],
+                                    c.get("expires_at"), bool(c.get("expired")))
     return Refusal(exc.rule, exc.message, details=details, **known)
 
 
@@ -222,6 +226,8 @@ def to_json(obj: Any) -> Any:
         out = {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)
                if f.name != "details"}
         return {**to_json(obj.details), **out}
+    if isinstance(obj, MappingCompat):
+        return to_json(obj.to_dict())
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out = {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
         if isinstance(obj, SyncResult):

@@ -353,7 +353,7 @@ def test_the_block_has_a_cap_and_is_never_cut(repo: StateRepo) -> None:
     from gitstate.runs import next_action
 
     view = repo.runs.read(RUN)
-    run = {"goal": view.goal, "state": view.state}
+    run = {"goal": view.goal.to_dict(), "state": view.state}
     assert largest(run, next_action(run, repo.now()), UTC) <= MAX_BYTES
 
 

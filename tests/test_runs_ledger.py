@@ -76,7 +76,7 @@ def test_a_tampered_run_json_fails_verify(repo: StateRepo) -> None:
         pytest.skip("git CLI not installed")
     _start(repo)
     view = repo.runs.read("refund-O-104")
-    forged = {"format": 1, "goal": view.goal, "state": {**view.state, "stop_reason": "success"}}
+    forged = {"format": 1, "goal": view.goal.to_dict(), "state": {**view.state, "stop_reason": "success"}}
     blob = git(repo.state_dir, "hash-object", "-w", "--stdin",
                input=json.dumps(forged)).stdout.strip()
     tree = git(repo.state_dir, "mktree", input=f"100644 blob {blob}\trun.json\n").stdout.strip()

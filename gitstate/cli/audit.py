@@ -72,7 +72,7 @@ def log(obj: Ctx, key: str | None, limit: int | None, since: str | None, thread:
     Exit 1 (log.unknown_key, with the nearest key) when --key names a key no change ever
     touched.
     """
-    from ..audit import log as log_view
+    from ..audit import changes as log_view
 
     if refused:
         _refused_log(obj, key, limit, since, as_json)

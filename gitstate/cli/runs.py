@@ -217,7 +217,7 @@ def next_(obj: Ctx, run_id: str, as_json: bool) -> None:
     """What the runtime does next: continue, ask_approval, escalate or stop, and why."""
     with obj.repo() as repo:
         nxt = repo.runs.read(run_id).next
-    emit(nxt, as_json, f"{nxt['action']}: {nxt['reason']}")
+    emit(nxt, as_json, lambda d: f"{d['action']}: {d['reason']}")
 
 
 @examples("gitstate run list", "gitstate run list --json")

@@ -159,7 +159,7 @@ def revert(obj: Ctx, rev: str | None, key: str | None, reason: str, force: bool,
         raise UsageError("give either REV or --key KEY", rule="usage.revert")
     with obj.repo() as repo:
         if key is not None:
-            from ..audit import log as log_view
+            from ..audit import changes as log_view
 
             latest = next(log_view(repo, key=key, limit=1), None)
             if latest is None:
