@@ -200,7 +200,7 @@ class GitStateStore(BaseStore):
         head = self.repo.head()
         if head != self._scanned:
             fresh: list[ChangeRecord] = []
-            for rec in self.repo.history_iter():
+            for rec in self.repo.reader.history_iter():
                 if rec["commit"] == self._scanned:
                     break
                 fresh.append(rec)
@@ -233,7 +233,7 @@ class GitStateStore(BaseStore):
         """Every change of the item, newest first, from git: commit, time, actor, op
         (set / clear / revert ...), old, new, reason, expiry."""
         name = self.key_of(namespace, key)
-        return [rec for rec in self.repo.history_iter(contains=name.encode())
+        return [rec for rec in self.repo.reader.history_iter(contains=name.encode())
                 if rec.get("key") == name]
 
     # -- BaseStore ----------------------------------------------------------------------
