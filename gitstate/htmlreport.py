@@ -162,7 +162,8 @@ def _refused_table(site: Site, rows: list[dict[str, Any]], prefix: str,
                                if isinstance(r.get("expected"), dict) else r.get("expected")),
          _value(r.get("head_value")), esc(r.get("actor") or r.get("writer") or "—"),
          esc(r.get("reason") or "")] for r in rows],
-        "no refused attempts (the refusal journal is empty)")
+        "no refused attempts (the refusal journal is empty)" if with_key else
+        "no refused attempt of this key")
 
 
 def _handoff(site: Site, ho: dict[str, Any] | None) -> str:

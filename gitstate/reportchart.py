@@ -166,10 +166,13 @@ def chart(key: str, tl: dict[str, Any], now: datetime, zone: tzinfo = UTC) -> st
             label_end = x0 + 3 + len(text) * CHAR_PX
     dense = len(events) + len(refused) > (W - LEFT - RIGHT) / 8
     kinds: list[str] = []
+    held: Any = None  # an expiry or a clear is marked at the value it ended
     for ev in events:
         kinds.append(ev["op"] if ev["op"] in MARKS else "set")
         shape, fill, _ = MARKS[kinds[-1]]
-        cy = y(float(ev["value"])) if _number(ev["value"]) else TOP + 20
+        shown = held if ev["op"] in ("clear", "expire") else ev["value"]
+        held = None if ev["op"] in ("clear", "expire") else ev["value"]
+        cy = y(float(shown)) if _number(shown) else TOP + 20
         tip = f"{ev['op']} {ev['value'] if ev['value'] is not None else ''} at " \
               f"{when(ev['time'])} by {ev['actor'] or '-'}: {ev['reason']}"
         parts.append(_mark(shape, x(_ts(ev["time"])), cy, fill, tip, ev["op"], dense))

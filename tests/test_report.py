@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from gitstate import receipts
 from gitstate.demo import run_demo
 from gitstate.htmlreport import slug
 from gitstate.repo import StateRepo
 from gitstate.report import write_report
-from tests.helpers import run_cli
+from tests.helpers import Clock, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -81,9 +82,16 @@ def test_the_site_is_self_contained(demo_site: Path) -> None:
             assert (page.parent / link).resolve().is_file(), f"{page.name}: {link} missing"
 
 
-def test_hostile_text_is_escaped_and_visible(repo: StateRepo, tmp_path: Path) -> None:
-    repo.set("note", "</td><script>alert(1)</script>", "<b>bold</b> & evil")
+def test_hostile_text_is_escaped_and_visible(repo: StateRepo, clock: Clock,
+                                            tmp_path: Path) -> None:
+    """Every page, the expired-key rows and the state-at pages included."""
+    repo.set("note", "</td><script>alert(1)</script>", "<b>bold</b> & evil", ttl_hours=1)
+    repo.set("later", "<i>x</i>", "<script>alert(2)</script>")
     repo.handoff("</pre><img src=x onerror=alert(1)>", reason="<svg onload=alert(1)>")
+    receipts.record(str(repo.state_dir / ".git"), repo.render().encode(), now=clock.now,
+                    head=repo.head(), runtime="<b>rt</b>", event="", locale="en", tz=None,
+                    max_chars=None, run_id=None, run_head=None)
+    clock.advance(hours=2)
     site = tmp_path / "site"
     write_report(repo, site, "<i>agent</i>")
     for page in site.rglob("*.html"):
@@ -94,6 +102,10 @@ def test_hostile_text_is_escaped_and_visible(repo: StateRepo, tmp_path: Path) ->
         assert "onerror=alert" not in html.replace("onerror=alert(1)&gt;", "")
     key = _key_page(site, "note")
     assert "&lt;/td&gt;&lt;script&gt;" in key and "&lt;b&gt;bold&lt;/b&gt; &amp; evil" in key
+    instants = (site / "at" / "index.html").read_text(encoding="utf-8")
+    assert "a wake-up (&lt;b&gt;rt&lt;/b&gt;)" in instants and "note expired" in instants
+    assert len(list((site / "at").glob("*.html"))) == 4  # the list, now, the wake-up, expiry
+    assert '<tr class="expired">' in (site / "index.html").read_text(encoding="utf-8")
     # invisible and bidi characters never reach a state (the input rules refuse them); a
     # page would show any that did as \\uXXXX
     from gitstate.htmlreport import esc

@@ -40,7 +40,7 @@ class _Svg(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
         self.texts: list[tuple[float, float, float, str, str]] = []
-        self.marks: list[tuple[str, float]] = []
+        self.marks: list[tuple[str, float, float]] = []
         self._text: dict[str, str] | None = None
         self._svg = False
 
@@ -50,7 +50,11 @@ class _Svg(HTMLParser):
         if self._svg and tag == "text":
             self._text = {**a, "data": ""}
         if tag == "circle" and a.get("class", "").startswith("mark "):
-            self.marks.append((a["class"], float(a["cx"])))
+            self.marks.append((a["class"], float(a["cx"]), float(a["cy"])))
+        if tag == "polygon" and a.get("class", "").startswith("mark "):  # its centre
+            points = [tuple(map(float, p.split(","))) for p in a["points"].split()]
+            self.marks.append((a["class"], sum(p[0] for p in points) / len(points),
+                               (min(p[1] for p in points) + max(p[1] for p in points)) / 2))
 
     def handle_data(self, data: str) -> None:
         if self._text is not None:
@@ -87,14 +91,17 @@ def test_the_chart_spans_the_key_events_not_the_report_time(repo: StateRepo,
                                                             ) -> None:
     """A day of changes reported 90 days later fills the chart (it took 1% of it)."""
     for value in (262, 258, 255, 250):
-        repo.set("stop_loss.2317", value, "the day's rule")
+        repo.set("stop_loss.2317", value, "the day's rule", ttl_hours=1 if value == 250 else None)
         clock.advance(hours=2)
     clock.advance(days=90)
     write_report(repo, tmp_path / "site", "desk")
     svg = _svg(_key_page(tmp_path / "site", "stop_loss.2317"))
-    xs = [cx for cls, cx in svg.marks if cls == "mark set"]
-    assert len(xs) == 4
+    xs = [cx for cls, cx, _ in svg.marks if cls in ("mark set", "mark expire")]
+    assert len(xs) == 5
     assert max(xs) - min(xs) > 0.8 * W, xs
+    low = max(cy for cls, cx, cy in svg.marks if cls == "mark set")  # 250, the lowest
+    expiry = [cy for cls, _, cy in svg.marks if cls == "mark expire"]
+    assert len(expiry) == 1 and abs(expiry[0] - low) < 2  # marked at the value it ended
     labels = {t[4] for t in svg.texts}
     assert {"262", "258", "255", "250"} <= labels  # each step wide enough for its value
     assert "10:00" in labels and "2026-08-13" in labels  # ticks in local wall-clock time
