@@ -14,7 +14,8 @@ a site written before without ``force`` is refused (``report.out_exists``), anyt
 always (``report.out_not_dir``, ``report.out_not_ours``).
 
 ``serve`` builds the same pages per request from the live repository, read-only (GET and
-HEAD only, no path outside the three kinds), on 127.0.0.1 unless told otherwise, behind the
+HEAD only, no path outside those kinds; ``at/<time>.html`` for any time, not only the
+listed instants), on 127.0.0.1 unless told otherwise, behind the
 checks of ``mcp --http`` (httpguard: Host, Origin, a bearer token, required off loopback).
 """
 
@@ -135,12 +136,16 @@ def page_for(repo: StateRepo, name: str, path: str) -> str | None:
             if data["commit"] == commit:
                 return htmlreport.commit_page(_linked(repo, name, None), data)
         return None
-    if parts[0] == "at":
+    if parts[0] == "at":  # live, any instant: at/<YYYYmmddTHHMMSSZ>.html
+        moment = reportdata.parse_stamp(parts[1][:-5])
+        if moment is None:
+            return None
         lines = reportdata.timelines(repo)
-        for instant in reportdata.instants(repo, lines):
-            if instant["stamp"] + ".html" == parts[1]:
-                return htmlreport.at_page(_linked(repo, name, lines),
-                                          reportdata.state_at(repo, instant))
+        known = {i["stamp"]: i for i in reportdata.instants(repo, lines)}
+        instant = known.get(parts[1][:-5]) or {
+            "time": moment, "why": "the time asked for", "stamp": parts[1][:-5]}
+        return htmlreport.at_page(_linked(repo, name, lines),
+                                  reportdata.state_at(repo, instant))
     return None
 
 

@@ -13,7 +13,7 @@ report's time). htmlreport.py turns this into pages; nothing here writes.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from . import receipts, refusals
@@ -172,6 +172,18 @@ def instants(repo: StateRepo, lines: dict[str, dict[str, Any]],
 def stamp(time: str) -> str:
     """A file name for an instant: ``20260813T030300Z``."""
     return parse_time(time).strftime("%Y%m%dT%H%M%SZ")
+
+
+def parse_stamp(text: str) -> str | None:
+    """The stored time (UTC text) a :func:`stamp` names; None for anything else."""
+    if len(text) != 16 or not text.isascii() or text[8] != "T" or text[15] != "Z" or \
+            not (text[:8] + text[9:15]).isdigit():
+        return None
+    try:
+        moment = datetime.strptime(text, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+        return format_time(parse_time(format_time(moment)))
+    except ValueError:
+        return None
 
 
 def state_at(repo: StateRepo, instant: dict[str, Any]) -> dict[str, Any]:

@@ -152,10 +152,15 @@ def test_serve_is_read_only_and_loopback_by_default(repo: StateRepo) -> None:
         assert stamp, listed[-400:]
         with urllib.request.urlopen(base + f"at/{stamp.group(1)}.html", timeout=10) as resp:
             assert "stop_loss.2317 = 262" in resp.read().decode()
+        with urllib.request.urlopen(base + "at/20260813T030300Z.html", timeout=10) as resp:
+            asked = resp.read().decode()  # live, any instant: not only the listed ones
+            assert "the time asked for" in asked and "2026-08-13T11:03:00+08:00" in asked
+            assert "stop_loss.2317 = 262" in asked
         repo.set("stop_loss.2317", 258, "live: the next request sees it")
         with urllib.request.urlopen(base, timeout=10) as resp:
             assert "258" in resp.read().decode()
-        for bad in ("../../etc/passwd", "keys/../../config.toml", "commits/zz.html"):
+        for bad in ("../../etc/passwd", "keys/../../config.toml", "commits/zz.html",
+                    "at/20261399T999999Z.html", "at/..%2f..%2fconfig.toml", "at/x.html"):
             with pytest.raises(urllib.error.HTTPError) as exc:
                 urllib.request.urlopen(base + bad, timeout=10)
             assert exc.value.code == 404
