@@ -53,6 +53,32 @@ def fault_write(agent_dir: str, op: str) -> None:
     print("returned", flush=True)
 
 
+def paused_write(agent_dir: str, namespace: str) -> None:
+    """One write of ``namespace`` (main, run, thread, journal), run with GITSTATE_TEST_PAUSE
+    armed: the process stops at the point, the test runs maintenance, then lets it go on.
+    Prints what the write acknowledged: the ref and the commit it names."""
+    import contextlib
+
+    with StateRepo(agent_dir, actor="paused") as repo:
+        if namespace == "main":
+            repo.set("k", 2, "the paused write")
+            ref = "refs/heads/main"
+        elif namespace == "run":
+            repo.runs.event("r1", {"type": "question_opened", "question": "q2"}, "paused")
+            ref = "refs/heads/runs/r1"
+        elif namespace == "journal":
+            with contextlib.suppress(CasMismatch):  # refused: the journal's record is the write
+                repo.set("k", 3, "a stale compare-and-swap", expected=999)
+            ref = "refs/gitstate/refusals"
+        else:
+            from tests.lg_graph import main as graph
+
+            sys.argv = ["lg_graph", agent_dir, "t1", "start"]
+            graph()
+            ref = ""
+        print(ref, repo.store.ref(ref) if ref else "", flush=True)
+
+
 def load_writer(agent_dir: str, seconds: float, worker: str) -> None:
     """CAS increments of ``counter`` until the deadline; prints successes and retries."""
     import time
@@ -160,6 +186,8 @@ if __name__ == "__main__":
         write_forever(args[0], int(args[1]))
     elif name == "fault_write":
         fault_write(args[0], args[1])
+    elif name == "paused_write":
+        paused_write(args[0], args[1])
     elif name == "load_writer":
         load_writer(args[0], float(args[1]), args[2])
     elif name == "gc_loop":

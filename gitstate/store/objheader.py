@@ -242,10 +242,12 @@ class Headers:
                 names = os.listdir(pack_dir)
             except OSError:
                 continue
+            present = set(names)
             for name in names:
                 path = os.path.join(pack_dir, name)
+                # a pack is there once both names are (its index is published first)
                 if name.endswith(".idx") and name.startswith("pack-") and \
-                        path not in self._indexes:
+                        path not in self._indexes and name[:-4] + ".pack" in present:
                     with contextlib.suppress(OSError, ValueError):
                         with open(path, "rb") as f:
                             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)

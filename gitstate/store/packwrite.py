@@ -3,8 +3,9 @@
 Each write adds one pack of its 3-4 objects (blob, tree, commit; no deltas) with its v2
 index, built in memory and written under git's own temporary prefixes (``tmp_pack_*``,
 ``tmp_idx_*``: git and dulwich read any ``*.idx``, so a killed writer's half-written index
-must not end in ``.idx``), then renamed: the pack first, the index second, since a reader
-sees a pack only once its index is there.
+must not end in ``.idx``), then renamed: the index first, the pack second (a reader sees a
+pack only once both are there, and ``git repack -d`` deletes a pack that has no index: see
+:func:`publish`).
 
 Many tiny packs slow every read (each lookup walks the packs), so after a write, outside
 the write lock, :func:`consolidate` folds them, size-tiered (as LSM stores compact): packs
@@ -102,16 +103,22 @@ def stage(pack_dir: Path | str, pack: bytes, index: bytes) -> Staged:
 
 
 def publish(staged: Staged, name: str, flush: Flush, phase: str = "pack") -> None:
-    """Name a staged pack ``name``.pack and ``name``.idx (their data flushed already): the
-    pack first, the index second, since a reader sees a pack only once its index is
-    there; then the directory flushed as the mode asks."""
+    """Name a staged pack ``name``.idx and ``name``.pack (their data flushed already): the
+    index first, the pack second, then the directory flushed as the mode asks.
+
+    The order is what keeps a concurrent ``git repack -A -d`` from destroying the write:
+    repack deletes every ``*.pack`` it finds that has no index (an abandoned pack, to
+    it), while an index alone is invisible to it and to every reader (git, dulwich and
+    ``objheader`` see a pack once both names exist). Pack first, a repack that ran between
+    the two renames deleted the pack whose index came next, and the ref then named a
+    commit no longer in the store (tests/test_maintenance.py)."""
     staged.close()
     (tmp_pack, _), (tmp_idx, _) = staged.files
     folder = staged.folder
-    os.replace(tmp_pack, f"{folder}/{name}.pack")
-    faults.hit(f"{phase}.pack_renamed")
     os.replace(tmp_idx, f"{folder}/{name}.idx")
     faults.hit(f"{phase}.idx_renamed")
+    os.replace(tmp_pack, f"{folder}/{name}.pack")
+    faults.hit(f"{phase}.pack_renamed")
     flush.directory(folder)
     if staged.created:
         flush.directory(os.path.dirname(folder))
@@ -148,12 +155,14 @@ def _tmp_file(folder: str, prefix: str, data: bytes) -> tuple[str, int]:
     return path, fd
 
 
-ORPHAN_SECONDS = 60  # a .pack waits for its .idx for microseconds; older ones were abandoned
+ORPHAN_SECONDS = 60  # an .idx waits for its .pack for microseconds; older ones were abandoned
 
 
 def sweep(pack_dir: Path) -> list[Path]:
     """Remove what killed writers and mergers left: temporary files of processes no longer
-    alive, and packs whose index never came (or was removed first by a killed merge)."""
+    alive (``tmp_pack_<pid>_<random>``: git's own ``tmp_pack_XXXXXX`` is never touched),
+    indexes whose pack never came (a writer killed between its two renames), and packs
+    whose index was removed first by a killed merge."""
     import time
 
     removed: list[Path] = []
@@ -161,14 +170,17 @@ def sweep(pack_dir: Path) -> list[Path]:
         names = os.listdir(pack_dir)
     except FileNotFoundError:
         return removed
+    present = set(names)
     now = time.time()
     for name in names:
         path = pack_dir / name
         stale = False
         if name.startswith(("tmp_pack_", "tmp_idx_")):
-            pid = name.split("_")[2]
-            stale = pid.isdigit() and not _alive(int(pid))
-        elif name.endswith(".pack") and name[:-5] + ".idx" not in names:
+            parts = name.split("_")
+            stale = len(parts) == 4 and parts[2].isdigit() and not _alive(int(parts[2]))
+        elif (name.endswith(".pack") and name[:-5] + ".idx" not in present) or (
+                name.startswith("pack-") and name.endswith(".idx")
+                and name[:-4] + ".pack" not in present):
             with contextlib.suppress(FileNotFoundError):
                 stale = now - path.stat().st_mtime > ORPHAN_SECONDS
         if stale:

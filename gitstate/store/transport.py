@@ -300,13 +300,15 @@ class TransportOps(RepoBase):
 
     def _take_objects(self, incoming: Self) -> None:
         """Move a checked quarantine's packs and loose objects into the object store, each
-        file complete before its name appears (a pack before its index), then fsync."""
+        file complete before its name appears, a pack's index before the pack itself (as
+        ``packwrite.publish``: a concurrent ``git repack -d`` deletes a pack with no index),
+        then fsync."""
         source = incoming.git_dir / "objects"
         target = self.git_dir / "objects"
         touched: set[str] = set()
         pack_dir = source / "pack"
         for pack in sorted(pack_dir.glob("pack-*.pack")) if pack_dir.is_dir() else []:
-            for suffix in (".pack", ".idx"):
+            for suffix in (".idx", ".pack"):
                 src = pack.with_suffix(suffix)
                 dst = target / "pack" / src.name
                 if src.exists() and not dst.exists():
