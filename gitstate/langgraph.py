@@ -113,10 +113,16 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
         self.mutex = threading.RLock()  # one store, many worker threads (the async API)
         self.index = CheckpointIndex(self.store.git_dir / layout.THREAD_INDEX_FILE)
         self._latest_at: dict[str, str | None] = {}  # commit -> its Gitstate-Latest
-        self._puts = 0
         self.fence = ThreadFence(self._lock_path, owner)  # one writer per thread (lgfence)
+        self._wake = threading.Event()
+        self._closing = False
+        self._worker: threading.Thread | None = None
 
     def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+        if self._worker is not None:
+            self._worker.join(timeout=60)
         self.repo.close()
 
     def __enter__(self) -> GitCheckpointSaver:
@@ -256,7 +262,7 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
                 raise StoreError(f"{ref} kept moving while writing", rule="store.contention")
             self._latest_at[new] = latest
             if raw:
-                journal.clear(ns, raw)
+                journal.clear(ns)
             self.index.added(ref, thread_id, ns, head, new, [Entry(
                 cid, new, parent, run_id, json_or_none(meta), tuple(writes_for), LAYOUT)])
         self._maintain()
@@ -286,18 +292,31 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
                 changes[name] = self.store.blob(source[name])
 
     def _maintain(self) -> None:
-        """After the lock is released: fold small packs, and start background maintenance
+        """After the lock is released: wake the saver's maintenance thread, which folds
+        small packs (as every gitstate write does) and starts background maintenance
         (``gitstate gc --auto``, detached) once the packs written since the last repack
-        pass ``GC_EVERY_BYTES``: git's repack stores each channel's versions as deltas, so
-        the thread's disk stays linear in its steps without anyone typing a command."""
-        with contextlib.suppress(OSError, StoreError):
-            self.store.consolidate()
-        self._puts += 1
-        if self._puts % 8:
-            return
-        with contextlib.suppress(OSError, StoreError):
-            maintenance.maybe_repack(self.store, self.repo.agent_dir, self.repo.config,
-                                     GC_EVERY_BYTES)
+        pass ``GC_EVERY_BYTES``: git's repack stores each channel's versions as deltas,
+        so the thread's disk stays linear in its steps without anyone typing a command.
+        Neither runs in the put: a put never waits for either."""
+        self._wake.set()
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._maintenance, daemon=True,
+                                            name="gitstate-checkpointer-maintenance")
+            self._worker.start()
+
+    def _maintenance(self) -> None:
+        rounds = 0
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._closing:
+                return
+            with contextlib.suppress(Exception):  # never the put's failure
+                self.store.consolidate()
+                rounds += 1
+                if rounds % 8 == 0:
+                    maintenance.maybe_repack(self.store, self.repo.agent_dir,
+                                             self.repo.config, GC_EVERY_BYTES)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                    task_id: str, task_path: str = "") -> None:
@@ -341,7 +360,7 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
                                         int(datetime.now(UTC).timestamp()), ref=ref)
                 if new is None:
                     raise StoreError(f"{ref} moved while writing", rule="store.contention")
-                journal.clear(ns, raw)
+                journal.clear(ns)
                 self.index.added(ref, str(thread_id), ns, head, new,
                                  [Entry(None, new, writes_for=tuple(writes_for))])
                 out.append(new)

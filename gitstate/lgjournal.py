@@ -6,7 +6,8 @@ A record is one pending write: ``<crc32> <header length> <body length>\\n``, the
 typed by LangGraph's serde). ``put_writes`` appends records to the thread's journal
 (``.git/gitstate-thread-<hash>.pending``) in one write and flushes it (fdatasync): that is
 its durability, with no commit. The next checkpoint commit of the namespace carries the
-journal's records as its ``pending-writes`` file, and the journal is then emptied. A
+journal's records as its ``pending-writes`` file, and a fold mark is then appended (the
+journal is emptied once it is all folded and past 64 KiB). A
 journal's torn tail (a writer killed mid-append) fails its checksum and is ignored: that
 put_writes never returned.
 """
@@ -25,6 +26,8 @@ from . import safefile
 from .errors import StoreError
 
 JOURNAL_MAX_BYTES = 1 << 30
+FOLD_BYTES = 64 << 10  # a journal past this, with nothing pending, is emptied
+FOLDED = "\0folded"  # the kind of a fold mark: the namespace's earlier records are committed
 
 
 @dataclass(frozen=True)
@@ -100,14 +103,23 @@ class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def read(self) -> list[Write]:
+    def _records(self) -> bytes:
         try:
-            data = safefile.read_regular(self.path, JOURNAL_MAX_BYTES)
+            return safefile.read_regular(self.path, JOURNAL_MAX_BYTES)
         except FileNotFoundError:
-            return []
-        return decode(data, torn_ok=True)
+            return b""
 
-    def append(self, writes: list[Write]) -> None:
+    def read(self) -> list[Write]:
+        """The pending writes: every record not followed by a fold mark of its namespace."""
+        out: list[Write] = []
+        for w in decode(self._records(), torn_ok=True):
+            if w.kind == FOLDED:
+                out = [p for p in out if p.ns != w.ns]
+            else:
+                out.append(w)
+        return out
+
+    def append(self, writes: list[Write], *, durable: bool = True) -> None:
         """Durable when it returns (the file's data and size flushed; its name, when new,
         by a flush of the directory)."""
         new = not os.path.lexists(self.path)
@@ -118,10 +130,11 @@ class Journal:
                 self._seal(fd)
             while data:
                 data = data[os.write(fd, data):]
-            os.fdatasync(fd)
+            if durable:
+                os.fdatasync(fd)
         finally:
             os.close(fd)
-        if new:
+        if new and durable:
             dir_fd = safefile.open_dir(self.path.parent)
             try:
                 os.fsync(dir_fd)
@@ -130,24 +143,22 @@ class Journal:
 
     def _seal(self, fd: int) -> None:
         """A torn tail (a killed append) would hide every record after it: cut it off
-        before appending (rare: read only when the file does not end in a whole record)."""
-        data = safefile.read_regular(self.path, JOURNAL_MAX_BYTES)
+        before appending (the journal is short: emptied once all of it is folded)."""
+        data = self._records()
         good = len(encode(decode(data, torn_ok=True)))
         if good != len(data):
             os.ftruncate(fd, good)
 
-    def clear(self, ns: str, folded: list[Write]) -> None:
-        """After the namespace's commit: drop the records it folded. Not flushed: a record
-        left behind after a crash is folded again, and the readers' merge makes it one."""
-        drop = set(folded)
-        rest = [w for w in self.read() if w.ns != ns or w not in drop]
-        if not rest:
-            with contextlib.suppress(FileNotFoundError):
+    def clear(self, ns: str) -> None:
+        """After the namespace's commit carried its pending writes: a fold mark, appended
+        and not flushed (a mark lost in a crash leaves records that are folded again, and
+        the readers' merge makes them one). Once nothing in it is pending and it has
+        grown past ``FOLD_BYTES``, the journal is emptied."""
+        self.append([Write("", ns, "", "", "", 0, FOLDED, b"")], durable=False)
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(self.path).st_size > FOLD_BYTES and not self.read():
                 fd = safefile.open_in_place(self.path)
                 try:
                     os.ftruncate(fd, 0)
                 finally:
                     os.close(fd)
-            return
-        safefile.write_atomic(self.path, encode(rest), durable=True)
-
