@@ -191,10 +191,13 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
                     found.append((cid, state, entry))
             found.sort(key=lambda f: f[0], reverse=True)
             count = 0
+            journals: dict[str, list[Write]] = {}  # each thread's, read once per list
             for _cid, state, entry in found:
                 if limit is not None and count >= limit:
                     return
-                tup = self._tuple(state, entry)
+                if state.thread not in journals:
+                    journals[state.thread] = self._journal(state.thread).read()
+                tup = self._tuple(state, entry, journals[state.thread])
                 if filter and not all(tup.metadata.get(k) == v for k, v in filter.items()):
                     continue
                 count += 1

@@ -3,20 +3,19 @@ folds them into a checkpoint commit (gitstate/langgraph.py, docs/langgraph.md "L
 
 A record is one pending write: ``<crc32> <header length> <body length>\\n``, the header
 (JSON: checkpoint, namespace, task id, task path, channel, index) and the body (the value,
-typed by LangGraph's serde). ``put_writes`` appends records to the thread's journal
-(``.git/gitstate-thread-<hash>.pending``) in one write and flushes it (fdatasync): that is
-its durability, with no commit. The next checkpoint commit of the namespace carries the
-journal's records as its ``pending-writes`` file, and a fold mark is then appended (the
-journal is emptied once it is all folded and past 64 KiB). A
-journal's torn tail (a writer killed mid-append) fails its checksum and is ignored: that
-put_writes never returned.
+typed by LangGraph's serde). ``put_writes`` writes records to the thread's journal
+(``.git/gitstate-thread-<hash>.pending``, see :class:`Journal`) in one write and flushes
+it (fdatasync): that is its durability, with no commit. The next checkpoint commit of the
+namespace carries the journal's pending records as its ``pending-writes`` file, and a fold
+mark is then written after them. A torn record (a writer killed mid-write) fails its
+checksum and ends the journal: that put_writes never returned.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
+import secrets
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,6 @@ from . import safefile
 from .errors import StoreError
 
 JOURNAL_MAX_BYTES = 1 << 30
-FOLD_BYTES = 64 << 10  # a journal past this, with nothing pending, is emptied
 FOLDED = "\0folded"  # the kind of a fold mark: the namespace's earlier records are committed
 
 
@@ -58,28 +56,34 @@ def encode(writes: list[Write]) -> bytes:
     return bytes(out)
 
 
-def decode(data: bytes, *, torn_ok: bool) -> list[Write]:
-    """The records of ``data``. ``torn_ok`` (a journal): stop at the first damaged record;
-    otherwise (a committed blob) a damaged one is a StoreError."""
+def _one(data: bytes, at: int) -> tuple[Write, int]:
+    """The record at ``at`` and where the next one starts (ValueError and the like when
+    there is no whole, intact record there)."""
+    end = data.index(b"\n", at, at + 64)
+    crc, hlen, blen = (int(x) for x in data[at:end].split(b" "))
+    body = data[end + 1:end + 1 + hlen + blen]
+    if len(body) != hlen + blen or zlib.crc32(body) != crc:
+        raise ValueError("checksum")
+    h = json.loads(body[:hlen])
+    return Write(str(h["checkpoint"]), str(h["ns"]), str(h["task_id"]), str(h["task_path"]),
+                 str(h["channel"]), int(h["idx"]), str(h["kind"]),
+                 bytes(body[hlen:])), end + 1 + hlen + blen
+
+
+_BAD = (ValueError, KeyError, TypeError, RecursionError)
+
+
+def decode(data: bytes) -> list[Write]:
+    """The records of a committed ``pending-writes`` file (a damaged one: StoreError)."""
     out: list[Write] = []
     at = 0
     while at < len(data):
         try:
-            end = data.index(b"\n", at, at + 64)
-            crc, hlen, blen = (int(x) for x in data[at:end].split(b" "))
-            body = data[end + 1:end + 1 + hlen + blen]
-            if len(body) != hlen + blen or zlib.crc32(body) != crc:
-                raise ValueError("checksum")
-            h = json.loads(body[:hlen])
-            out.append(Write(str(h["checkpoint"]), str(h["ns"]), str(h["task_id"]),
-                             str(h["task_path"]), str(h["channel"]), int(h["idx"]),
-                             str(h["kind"]), bytes(body[hlen:])))
-        except (ValueError, KeyError, TypeError, RecursionError) as exc:
-            if torn_ok:
-                break
+            w, at = _one(data, at)
+        except _BAD as exc:
             raise StoreError(f"a checkpoint's pending-writes file is damaged ({exc})",
                              rule="thread.damaged") from None
-        at = end + 1 + hlen + blen
+        out.append(w)
     return out
 
 
@@ -98,38 +102,72 @@ def merge(writes: list[Write]) -> list[Write]:
 
 class Journal:
     """One thread's journal of pending writes not yet in a commit (call with the thread's
-    lock held)."""
+    lock held).
+
+    Its records are written in place from the start of the file, each as ``J<generation>
+    <record>``: a ``put_writes`` that finds nothing pending starts a new generation at
+    offset 0, otherwise it writes after the last record. Readers take the generation of
+    the first record and stop at the first record of another one, or a damaged one. So the
+    file is rewritten rather than grown, and its flush is of data alone (the blocks are
+    already allocated, the size unchanged), as a database's write-ahead log is reused."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def _records(self) -> bytes:
+    def _scan(self) -> tuple[int | None, list[Write], int]:
+        """(generation, records and fold marks, offset after the last one)."""
         try:
-            return safefile.read_regular(self.path, JOURNAL_MAX_BYTES)
+            data = safefile.read_regular(self.path, JOURNAL_MAX_BYTES)
         except FileNotFoundError:
-            return b""
-
-    def read(self) -> list[Write]:
-        """The pending writes: every record not followed by a fold mark of its namespace."""
+            return None, [], 0
+        gen: int | None = None
         out: list[Write] = []
-        for w in decode(self._records(), torn_ok=True):
+        at = 0
+        while at < len(data):
+            try:
+                space = data.index(b" ", at, at + 24)
+                if data[at:at + 1] != b"J":
+                    break
+                this = int(data[at + 1:space], 16)
+                if gen is not None and this != gen:
+                    break
+                w, nxt = _one(data, space + 1)
+            except _BAD:
+                break
+            gen = this
+            out.append(w)
+            at = nxt
+        return gen, out, at
+
+    @staticmethod
+    def _pending(records: list[Write]) -> list[Write]:
+        out: list[Write] = []
+        for w in records:
             if w.kind == FOLDED:
                 out = [p for p in out if p.ns != w.ns]
             else:
                 out.append(w)
         return out
 
+    def read(self) -> list[Write]:
+        """The pending writes: every record not followed by a fold mark of its namespace."""
+        return self._pending(self._scan()[1])
+
     def append(self, writes: list[Write], *, durable: bool = True) -> None:
-        """Durable when it returns (the file's data and size flushed; its name, when new,
-        by a flush of the directory)."""
+        """Durable when it returns: the data flushed (and, for a new journal, its name)."""
+        gen, records, tail = self._scan()
+        if durable and not self._pending(records):
+            gen, tail = secrets.randbits(48), 0  # a new generation from the start
+        if gen is None:
+            return  # a fold mark for an empty journal: nothing to mark
         new = not os.path.lexists(self.path)
-        fd = safefile.open_append(self.path)
+        fd = safefile.open_lock(self.path)
         try:
-            data = memoryview(encode(writes))
-            if not new and os.fstat(fd).st_size:
-                self._seal(fd)
-            while data:
-                data = data[os.write(fd, data):]
+            data = b"".join(b"J%x " % gen + encode([w]) for w in writes)
+            view, at = memoryview(data), tail
+            while view:
+                done = os.pwrite(fd, view, at)
+                view, at = view[done:], at + done
             if durable:
                 os.fdatasync(fd)
         finally:
@@ -141,24 +179,8 @@ class Journal:
             finally:
                 os.close(dir_fd)
 
-    def _seal(self, fd: int) -> None:
-        """A torn tail (a killed append) would hide every record after it: cut it off
-        before appending (the journal is short: emptied once all of it is folded)."""
-        data = self._records()
-        good = len(encode(decode(data, torn_ok=True)))
-        if good != len(data):
-            os.ftruncate(fd, good)
-
     def clear(self, ns: str) -> None:
-        """After the namespace's commit carried its pending writes: a fold mark, appended
+        """After the namespace's commit carried its pending writes: a fold mark, written
         and not flushed (a mark lost in a crash leaves records that are folded again, and
-        the readers' merge makes them one). Once nothing in it is pending and it has
-        grown past ``FOLD_BYTES``, the journal is emptied."""
+        the readers' merge makes them one)."""
         self.append([Write("", ns, "", "", "", 0, FOLDED, b"")], durable=False)
-        with contextlib.suppress(FileNotFoundError):
-            if os.stat(self.path).st_size > FOLD_BYTES and not self.read():
-                fd = safefile.open_in_place(self.path)
-                try:
-                    os.ftruncate(fd, 0)
-                finally:
-                    os.close(fd)

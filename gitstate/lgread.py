@@ -157,7 +157,8 @@ class ThreadReads:
         self._latest_at[head] = found
         return found
 
-    def _tuple(self, state: RefEntries, entry: Entry) -> CheckpointTuple:
+    def _tuple(self, state: RefEntries, entry: Entry,
+               journal: list[Write] | None = None) -> CheckpointTuple:
         assert entry.checkpoint is not None
         files = self.store.file_ids(entry.commit)
         checkpoint: Checkpoint = self.serde.loads_typed(
@@ -184,16 +185,20 @@ class ThreadReads:
             parent_config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
                                             "checkpoint_id": entry.parent}}
             if entry.parent else None,
-            pending_writes=self._writes(state, entry.checkpoint))
+            pending_writes=self._writes(state, entry.checkpoint, entry.layout, journal))
 
-    def _writes(self, state: RefEntries, cid: str) -> list[tuple[str, str, Any]]:
+    def _writes(self, state: RefEntries, cid: str, layout_: int,
+                journal: list[Write] | None = None) -> list[tuple[str, str, Any]]:
+        """A checkpoint's pending writes: from the commits carrying them, the journal
+        (``journal``: as read already) and, for the earlier layout, its writes ref."""
         found: list[Write] = []
         for commit in state.writes.get(cid, []):
             sha = self.store.file_ids(commit).get(WRITES_FILE)
             if sha is not None:
-                found += lgjournal.decode(self.store.blob(sha), torn_ok=False)
-        found += self._journal(state.thread).read()
-        found += self._writes_v1(state.thread, state.ns, cid)
+                found += lgjournal.decode(self.store.blob(sha))
+        found += journal if journal is not None else self._journal(state.thread).read()
+        if layout_ < 2:
+            found += self._writes_v1(state.thread, state.ns, cid)
         rows = sorted((writes_sort_key(w.task_path, w.task_id, w.idx), w)
                       for w in lgjournal.merge([w for w in found
                                                 if w.checkpoint == cid and w.ns == state.ns]))

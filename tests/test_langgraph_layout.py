@@ -228,3 +228,26 @@ def test_a_thread_of_the_earlier_layout_is_read_and_continued(tmp_path: Path) ->
         assert head is not None and "blobs" not in saver.store.file_ids(head)
         if GIT is not None:
             assert_fsck_clean(saver.repo.state_dir)
+
+
+def test_the_journal_is_rewritten_in_place_and_a_torn_record_ends_it(tmp_path: Path) -> None:
+    with GitCheckpointSaver(tmp_path / "agent") as saver:
+        journal = saver.store.git_dir / layout.THREAD_JOURNAL_FILE.format(
+            digest=hashlib.sha256(b"t").hexdigest()[:24])
+        parent = None
+        sizes = []
+        for i in range(30):
+            parent = _put(saver, "t", parent, i)
+            saver.put_writes(_conf("t", parent), [("k", f"w{i}"), ("x", i)], f"task-{i}")
+            sizes.append(journal.stat().st_size)
+        assert max(sizes) < sizes[1] + 32  # a new generation from offset 0 each super-step
+        tup = saver.get_tuple(_conf("t"))
+        assert tup is not None and sorted(tup.pending_writes or []) == [
+            ("task-29", "k", "w29"), ("task-29", "x", 29)]
+        data = bytearray(journal.read_bytes())
+        data[len(data) // 2] ^= 0xFF  # the second record torn: the first one stays
+        journal.write_bytes(bytes(data))
+        left = saver.get_tuple(_conf("t")).pending_writes or []
+        assert len(left) == 1
+        saver.put_writes(_conf("t", parent), [("k", "after")], "task-30")
+        assert len(saver.get_tuple(_conf("t")).pending_writes or []) == 2

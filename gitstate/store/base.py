@@ -34,9 +34,9 @@ BRANCH = Ref(layout.BRANCH.encode())
 ZERO = ObjectID(b"0" * 40)
 T = TypeVar("T")
 ObjT = TypeVar("ObjT", bound=ShaFile)
-# the ref names gitstate itself writes (main, runs/<id>, its own refs/gitstate/...): only
-# these are read by the fast path below; anything else goes through dulwich's checks
-_OWN_REF = re.compile(r"refs/[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*")
+# the ref names gitstate itself writes (main, runs/<id>, refs/gitstate/..., thread refs in
+# percent-encoding): only these are read by the fast path; the rest goes through dulwich
+_OWN_REF = re.compile(r"refs/[A-Za-z0-9_%+-][A-Za-z0-9._%+-]*(/[A-Za-z0-9_%+-][A-Za-z0-9._%+-]*)*")
 _REF_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 

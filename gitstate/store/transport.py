@@ -131,7 +131,11 @@ class TransportOps(RepoBase):
 
     def refs_under(self, prefix: str) -> dict[str, str]:
         """Every loose or packed ref below ``prefix`` (``refs/heads/runs/``): name -> id. A
-        packed-refs file git would not read is a StoreError (``store.bad_ref``)."""
+        packed-refs file git would not read is a StoreError (``store.bad_ref``). Without a
+        packed-refs file, the loose refs are listed directly (each read as ``ref`` reads
+        it): a checkpointer lists its thread refs on every ``list``."""
+        if not os.path.lexists(f"{self.git_path}/packed-refs"):
+            return self._loose_refs_under(prefix)
         out = {}
         try:
             for name in self.repo.refs.keys(base=Ref(prefix.rstrip("/").encode())):
@@ -142,6 +146,19 @@ class TransportOps(RepoBase):
             raise StoreError(f"{self.git_dir / 'packed-refs'} is damaged ({exc}); repair it "
                              "with git, then run `gitstate verify`",
                              rule="store.bad_ref") from exc
+        return out
+
+    def _loose_refs_under(self, prefix: str) -> dict[str, str]:
+        base = f"{self.git_path}/{prefix.rstrip('/')}"
+        out = {}
+        for root, _dirs, files in os.walk(base):
+            for name in files:
+                if name.endswith(".lock"):
+                    continue
+                rel = os.path.relpath(os.path.join(root, name), base)
+                sha = self.ref(f"{prefix.rstrip('/')}/{rel}")
+                if sha is not None:
+                    out[rel] = sha
         return out
 
     def remote_url(self) -> str | None:
