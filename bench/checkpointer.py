@@ -297,7 +297,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     args = parser.parse_args()
     if args.quick:
-        args.chat_steps, args.threads, args.thread_steps, args.runs = 120, 12, 5, 20
+        args.chat_steps, args.threads, args.thread_steps, args.runs = 101, 10, 3, 8
     marks = [m for m in (10, 100, 1000) if m <= args.chat_steps]
     root = Path(tempfile.mkdtemp(prefix="gitstate-bench-"))
     pool = Savers(root, postgres=not args.no_postgres and not args.quick)

@@ -103,10 +103,13 @@ def test_refusal_storm_bench_quick() -> None:
 
 
 def test_checkpointer_bench_quick() -> None:
-    """checkpointer.py --quick prints put / get_tuple beside LangGraph's SqliteSaver."""
+    """checkpointer.py --quick runs every scenario with each saver beside SqliteSaver."""
     pytest.importorskip("langgraph.checkpoint.sqlite")
     text = _run("checkpointer.py")
-    assert "gitstate" in text and "sqlite" in text and "disk after gc" in text
+    for scenario in ("3-node graph", "chat graph, step 100", "threads x", "list(None",
+                     "disk, chat thread of 100 steps", "growth 100 ->"):
+        assert scenario in text, text
+    assert "gitstate" in text and "sqlite" in text and "memory" in text
 
 
 def test_signing_bench_quick() -> None:
