@@ -114,6 +114,10 @@ def test_hostile_text_is_escaped_and_visible(repo: StateRepo, clock: Clock,
 
 
 def test_the_fleet_index(tmp_path: Path) -> None:
+    for name, zone in (("desk-a", "Asia/Taipei"), ("desk-b", "UTC")):
+        (tmp_path / "fleet" / name).mkdir(parents=True)
+        (tmp_path / "fleet" / name / "config.toml").write_text(
+            f'[gitstate]\ntimezone = "{zone}"\n')
     for name in ("desk-a", "desk-b"):
         with StateRepo.init(tmp_path / "fleet" / name) as repo:
             repo.set("stop_loss.2317", 262, f"{name} rule")
@@ -123,6 +127,7 @@ def test_the_fleet_index(tmp_path: Path) -> None:
     assert "pages: file://" in out.stdout and "2/2 agents" in out.stderr
     index = (tmp_path / "site" / "index.html").read_text()
     assert "desk-a" in index and "desk-b" in index
+    assert index.count("+08:00") == 1 and index.count("+00:00") == 1  # each agent's zone
     for name in ("desk-a", "desk-b"):
         assert (tmp_path / "site" / "agents" / slug(name) / "index.html").is_file()
 
