@@ -18,9 +18,7 @@ import json
 import os
 import re
 import shlex
-import shutil
 import stat
-import subprocess
 import sys
 import tomllib
 from collections.abc import Callable
@@ -29,21 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from . import safefile
-from .errors import GitStateError, Refused, UsageError
+from .errors import Refused
 
 HOSTS = ("claude-code", "codex", "gemini", "cursor")
 SERVER = "gitstate"
 BACKUP = ".gitstate-backup"
 LIMIT = 64 << 20  # ~/.claude.json holds the history of every project; generous
 SESSION_MATCHER = "startup|resume|clear|compact"
-CHECK_SECONDS = 120.0
-
-
-class NotConnected(GitStateError):
-    """``--check``: the host's own listing does not show the server connected."""
-
-    exit_code = 1
-    rule = "install.not_connected"
 
 
 @dataclass
@@ -267,12 +257,10 @@ def codex_home(home: Path) -> Path:
 
 
 def _codex(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
-    if scope == "project":
-        raise UsageError("Codex CLI reads its MCP servers from ~/.codex/config.toml "
-                         "($CODEX_HOME/config.toml) only: run `gitstate install codex "
-                         "--user`", rule="usage.install_scope")
+    """``[mcp_servers.gitstate]`` in $CODEX_HOME/config.toml, or (``--project``) in the
+    project's .codex/config.toml, which Codex reads only in a project it trusts."""
     wiring = Wiring("codex", scope)
-    path = codex_home(home) / "config.toml"
+    path = (project / ".codex" if scope == "project" else codex_home(home)) / "config.toml"
     argv = server_argv(agent_dir)
     block = (f"[mcp_servers.{SERVER}]\n"
              f"command = {json.dumps(argv[0])}\n"
@@ -307,7 +295,12 @@ def _codex(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
         new = "".join(lines[:start]) + block + ("\n" + tail if tail else "")
     wiring.plans.append(Plan(path, old, new.encode("utf-8") if new != text or old is None
                              else old, "the MCP server"))
-    wiring.todo.append("check it: gitstate install codex --check (starts Codex's "
+    if scope == "project":
+        wiring.todo.append(
+            f"trust the project: Codex reads {path} only in a trusted project (accept the "
+            f"trust prompt at the first `codex` in {project}, or put [projects.\"{project}\"] "
+            f"trust_level = \"trusted\" in {codex_home(home) / 'config.toml'})")
+    wiring.todo.append(f"check it: gitstate install codex --{scope} --check (starts Codex's "
                        "app-server, which starts the server; `codex mcp list` only reads "
                        "the file)")
     return wiring
@@ -364,117 +357,3 @@ def _mode(p: Plan) -> int:
         except FileNotFoundError:
             pass
     return 0o600 if p.path.name in (".claude.json", "config.toml") else 0o644
-
-
-# --check: the host's own listing
-
-
-def _binary(name: str, host: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        raise GitStateError(f"{host} is not installed here (no `{name}` on PATH): nothing "
-                            "to check; the configuration is written for when it is",
-                            rule="install.host_missing")
-    return found
-
-
-def _run(argv: list[str], cwd: Path, stdin: str | None = None,
-         env: dict[str, str] | None = None) -> str:
-    try:
-        out = subprocess.run(argv, cwd=cwd, input=stdin, capture_output=True, text=True,
-                             timeout=CHECK_SECONDS, check=False, env=env)
-    except subprocess.TimeoutExpired:
-        raise NotConnected(f"`{shlex.join(argv)}` did not answer within "
-                           f"{CHECK_SECONDS:.0f} s") from None
-    except OSError as exc:
-        raise NotConnected(f"`{shlex.join(argv)}` could not start: {exc}") from None
-    return out.stdout + out.stderr
-
-
-def _listed(output: str, command: str) -> str:
-    """The listing's line about the server, or why there is none."""
-    line = next((raw.strip() for raw in output.splitlines()
-                 if re.match(rf"^\W*{SERVER}:", raw.strip())), None)
-    if line is None:
-        raise NotConnected(f"`{command}` does not list {SERVER}: {output.strip()[-400:]}")
-    return line
-
-
-def check(host: str, scope: str, project: Path, home: Path) -> str:
-    """Run the host's own listing; the line that says Connected, else NotConnected naming
-    what the host said and what to do."""
-    if host == "claude-code":
-        claude = _binary("claude", "Claude Code")
-        line = _listed(_run([claude, "mcp", "list"], project), "claude mcp list")
-        if "Connected" in line:
-            return f"claude mcp list: {line}"
-        hint = ""
-        if "Pending approval" in line:
-            hint = (f"; the folder {project} is not trusted yet: start `claude` there once "
-                    "and accept the trust dialog")
-        raise NotConnected(f"claude mcp list: {line}{hint}")
-    if host == "gemini":
-        gemini = _binary("gemini", "Gemini CLI")
-        line = _listed(_run([gemini, "mcp", "list"], project), "gemini mcp list")
-        if "Connected" in line:
-            return f"gemini mcp list: {line}"
-        hint = (f"; trust {project} in Gemini CLI (its trust prompt, or "
-                "~/.gemini/trustedFolders.json)") if "Disabled" in line else ""
-        raise NotConnected(f"gemini mcp list: {line}{hint}")
-    if host == "codex":
-        return _check_codex(_binary("codex", "Codex CLI"), project)
-    agent = _binary("cursor-agent", "Cursor's CLI")
-    line = _listed(_run([agent, "mcp", "list"], project), "cursor-agent mcp list")
-    if "ready" in line.lower() or "connected" in line.lower():
-        return f"cursor-agent mcp list: {line}"
-    raise NotConnected(f"cursor-agent mcp list: {line}")
-
-
-def _check_codex(codex: str, project: Path) -> str:
-    """Codex's app-server (what its TUI and IDE extensions use) starts the configured
-    servers; ``mcpServerStatus/list`` reports each one's tools and server info."""
-    requests = [
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-         "params": {"clientInfo": {"name": "gitstate-install", "title": "gitstate install",
-                                   "version": "1"}}},
-        {"jsonrpc": "2.0", "method": "initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "mcpServerStatus/list", "params": {}},
-    ]
-    proc = subprocess.Popen([codex, "app-server"], cwd=project, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdin is not None and proc.stdout is not None
-    status: dict[str, Any] | None = None
-    try:
-        import threading
-
-        timer = threading.Timer(CHECK_SECONDS, proc.kill)
-        timer.start()
-        for request in requests:
-            proc.stdin.write(json.dumps(request) + "\n")
-        proc.stdin.flush()
-        for raw in proc.stdout:
-            try:
-                message = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(message, dict) and message.get("id") == 2:
-                status = message
-                break
-        timer.cancel()
-    finally:
-        proc.kill()
-        proc.wait()
-    if status is None or not isinstance(status.get("result"), dict):
-        raise NotConnected(f"codex app-server gave no server status: {status}")
-    servers = status["result"].get("data") or []
-    server = next((s for s in servers if isinstance(s, dict) and s.get("name") == SERVER),
-                  None)
-    if server is None:
-        raise NotConnected("codex app-server does not list gitstate (is it in "
-                           "$CODEX_HOME/config.toml?)")
-    tools = server.get("tools") or {}
-    if not tools:
-        raise NotConnected(f"codex app-server lists gitstate without tools: {server}")
-    info = server.get("serverInfo") or {}
-    return (f"codex app-server: gitstate Connected ({info.get('name')} "
-            f"{info.get('version')}, {len(tools)} tools)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -60,6 +61,7 @@ FILES = {
     ("cursor", "project"): ("proj", ".cursor/mcp.json"),
     ("cursor", "user"): ("home", ".cursor/mcp.json"),
     ("codex", "user"): ("home", ".codex/config.toml"),
+    ("codex", "project"): ("proj", ".codex/config.toml"),
 }
 
 
@@ -204,8 +206,6 @@ def test_refusals_name_their_rule(where: tuple[Path, Path, Path]) -> None:
     code, _, err = install(home, "claude-code")
     assert code == 1 and "[install.not_json]" in err
     assert (proj / ".mcp.json").read_text() == "{not json"
-    code, _, err = install(home, "codex", "--project")
-    assert code == 2 and "[usage.install_scope]" in err
     code, _, err = install(home, "cursor", "--check", path="/nonexistent")
     assert code == 1 and "[install.host_missing]" in err and "cursor-agent" in err
     assert (proj / ".cursor" / "mcp.json").exists()  # written; only the check had no host
@@ -267,6 +267,25 @@ def test_codex_check_starts_the_server(hosts: Path, where: tuple[Path, Path, Pat
     _, home, _ = where
     code, out, err = install(home, "codex", "--check", path=host_path(hosts))
     assert code == 0 and "gitstate Connected" in out and "6 tools" in out, out + err
+
+
+def test_codex_project_scope_is_read_once_the_project_is_trusted(
+        hosts: Path, where: tuple[Path, Path, Path]) -> None:
+    """`install codex --project` writes .codex/config.toml and says to trust the project;
+    Codex's own app-server starts the server from it once ~/.codex/config.toml trusts the
+    project, and not before."""
+    proj, home, _ = where
+    subprocess.run(["git", "init", "-q", str(proj)], check=True)  # Codex's project root
+    path = host_path(hosts)
+    code, out, err = install(home, "codex", "--project", path=path)
+    assert code == 0 and "trust the project" in out, out + err
+    code, out, err = install(home, "codex", "--project", "--check", path=path)
+    assert code == 1 and "[install.not_connected]" in err, out + err
+    (home / ".codex").mkdir(exist_ok=True)
+    (home / ".codex" / "config.toml").write_text(
+        f'[projects."{proj}"]\ntrust_level = "trusted"\n')
+    code, out, err = install(home, "codex", "--project", "--check", path=path)
+    assert code == 0 and "enabled in" in out and "6 tools" in out, out + err
 
 
 def test_gemini_check_says_to_trust_the_folder(hosts: Path,

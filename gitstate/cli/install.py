@@ -27,7 +27,8 @@ EXITS = ("Exit: 0 written (or nothing to change), and with --check the host repo
 @click.argument("host", type=click.Choice(["claude-code", "codex", "gemini", "cursor"]))
 @click.option("--project", "scope", flag_value="project",
               help="Write the current directory's files (.mcp.json and .claude/, .gemini/, "
-              ".cursor/): the default, except for codex.")
+              ".cursor/, .codex/): the default, except for codex (whose project file is "
+              "read only in a project Codex trusts).")
 @click.option("--user", "scope", flag_value="user",
               help="Write your user files instead (~/.claude.json and ~/.claude/, "
               "~/.gemini/, ~/.cursor/, ~/.codex/ or $CODEX_HOME): every project sees it.")
@@ -36,15 +37,17 @@ EXITS = ("Exit: 0 written (or nothing to change), and with --check the host repo
               "Codex's app-server, cursor-agent mcp list) and report Connected or why not.")
 @click.pass_obj
 def install(obj: Ctx, host: str, scope: str | None, check: bool) -> None:
-    """Write or merge HOST's MCP configuration (and Claude Code's hooks) so it starts this
-    gitstate's server for the agent directory.
+    """Write or merge HOST's MCP configuration (and Claude Code's and Gemini CLI's hooks) so
+    it starts this gitstate's server for the agent directory.
 
     The server command is this gitstate's own (its python -m gitstate, the agent directory
     absolute). Claude Code: .mcp.json, the server's approval in .claude/settings.local.json
     and the SessionStart and UserPromptSubmit hooks in .claude/settings.json (--user:
     ~/.claude.json's mcpServers, as `claude mcp add -s user` writes it, and
     ~/.claude/settings.json). Codex CLI: [mcp_servers.gitstate] in ~/.codex/config.toml
-    (user only). Gemini CLI: mcpServers in .gemini/settings.json. Cursor: .cursor/mcp.json.
+    (the default for codex; --project: .codex/config.toml, read in a trusted project).
+    Gemini CLI: mcpServers and the SessionStart and BeforeAgent hooks in
+    .gemini/settings.json. Cursor: .cursor/mcp.json.
 
     Your other servers, settings and hooks are kept; a file that would not change is not
     written (a second run changes nothing); a changed file's old bytes are kept in
@@ -66,7 +69,9 @@ def install(obj: Ctx, host: str, scope: str | None, check: bool) -> None:
     for line in wiring_mod.apply(wiring):
         click.echo(line)
     if check:
-        click.echo(wiring_mod.check(host, chosen, project, home))
+        from ..hostcheck import check as host_check
+
+        click.echo(host_check(host, chosen, project, home))
         return
     for step in wiring.todo:
         click.echo(f"next: {step}")
