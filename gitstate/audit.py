@@ -269,16 +269,19 @@ def remote_lock_check(repo: StateRepo) -> Check:
 def _side_ref_checks(repo: StateRepo) -> list[Check]:
     """The refs beside main: every run ledger replays, the refusal journal reads."""
     from . import refusals
+    from .backlog import failures
 
     bad = repo.runs.verify_all()
     detail = "; ".join(f"{run}: {problems[0]}" for run, problems in list(bad.items())[:5])
     journal = refusals.problems(repo.store)
+    backlog = "run `gitstate repair-journal` to journal the records that could not be " \
+        "written; " if failures(repo.store) is not None else ""
     return [Check("runs", not bad, detail, "inspect the run with `gitstate run verify RUN` and "
                   "`git log runs/RUN`; a ledger that does not replay was written by another "
                   "tool" if bad else ""),
             Check("refusals", not journal, "; ".join(journal[:5]),
-                  "the refusal journal (refs/gitstate/refusals) holds records gitstate did not "
-                  "write, or some could not be written; see `gitstate log --refused`"
+                  backlog + "a record gitstate did not write in the refusal journal "
+                  "(refs/gitstate/refusals) is named above; see `gitstate log --refused`"
                   if journal else "")]
 
 

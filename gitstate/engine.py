@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from . import checks
 from .config import Config, resolve_tz
-from .errors import InvalidInput, Refused, StoreError
+from .errors import InvalidInput, Refused, StoreError, disk_full
 from .layout import BRANCH, STATE_FILE
 from .model import format_time
 from .planners import Base, Plan
@@ -117,8 +117,10 @@ class WriteEngine:
             self._journal(exc, attempt or {})
             raise
         except OSError as exc:  # before the commit point: nothing was written
+            if exc.errno == errno.ENOSPC:
+                raise disk_full("the write could not be made; nothing was committed") from exc
             rule = getattr(exc, "rule", None) or {  # safefile.NotRegular: store.not_regular
-                errno.ENOSPC: "store.disk_full", errno.EROFS: "store.read_only",
+                errno.EROFS: "store.read_only",
                 errno.EACCES: "store.permission"}.get(exc.errno or 0, "store.io")
             raise StoreError(f"the write could not be made ({exc.strerror or exc}); nothing "
                              "was committed", rule=rule) from exc

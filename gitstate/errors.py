@@ -132,6 +132,17 @@ class StoreError(GitStateError):
     rule = "store"
 
 
+DISK_FULL_HINT = "free some disk space, then run the command again"
+
+
+def disk_full(what: str, again: str = DISK_FULL_HINT) -> StoreError:
+    """``store.disk_full`` for ``what`` (what could not be written, and what was kept), with
+    the hint every full disk gets: the one way each writer reports ENOSPC (its own text in
+    ``again`` when the command to run again is known)."""
+    return StoreError(f"{what}: the disk is full (no space left on device); {again}",
+                      rule="store.disk_full")
+
+
 class HistoryRewritten(StoreError):
     """HEAD no longer descends from a commit gitstate already recorded."""
 

@@ -23,6 +23,7 @@ push and pull, which only fast-forward it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -30,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from . import locking
-from .errors import ThreadSuperseded
+from .errors import ThreadSuperseded, disk_full
 from .model import format_time
 
 RECORD_MAX = 512
@@ -42,6 +43,19 @@ def owner_id() -> str:
 
     host = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname()[:32])
     return f"{host}:{os.getpid()}:{os.urandom(8).hex()}"
+
+
+@contextlib.contextmanager
+def _disk_full(thread_id: str) -> Iterator[None]:
+    """A full disk met under a thread's lock is ``store.disk_full`` with its hint, as for
+    every writer (nothing moved: a thread's ref moves last)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise disk_full(f"the write of thread {thread_id[:100]!r} could not be made; "
+                            "the thread is as it was") from exc
+        raise
 
 
 def _read(fd: int) -> dict[str, object] | None:
@@ -72,21 +86,21 @@ class ThreadFence:
     @contextlib.contextmanager
     def locked(self, thread_id: str) -> Iterator[int]:
         """The thread's lock, no check (reads, deletes, archives)."""
-        with locking.exclusive(self._path(thread_id)) as fd:
+        with _disk_full(thread_id), locking.exclusive(self._path(thread_id)) as fd:
             yield fd
 
     @contextlib.contextmanager
     def writing(self, thread_id: str) -> Iterator[None]:
         """The thread's lock for a checkpoint write by this owner: its claim checked (or,
         at its first write to the thread, made) before the body runs."""
-        with locking.exclusive(self._path(thread_id)) as fd:
+        with _disk_full(thread_id), locking.exclusive(self._path(thread_id)) as fd:
             self._check(thread_id, fd)
             yield
 
     def claim(self, thread_id: str) -> int:
         """Take the thread: writers that held it are refused from their next write on.
         Returns the claim's number."""
-        with locking.exclusive(self._path(thread_id)) as fd:
+        with _disk_full(thread_id), locking.exclusive(self._path(thread_id)) as fd:
             return self._claim(thread_id, fd, _read(fd))
 
     def holder(self, thread_id: str) -> dict[str, object] | None:

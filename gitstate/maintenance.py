@@ -10,6 +10,7 @@ A pid file keeps to one maintenance process per repository.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import safefile
-from .errors import Refused
+from .errors import Refused, disk_full
 from .layout import GC_FAILED_FILE, GC_LOG_FILE, PID_FILE
 
 if TYPE_CHECKING:
@@ -133,9 +134,15 @@ def _claim(pid_path: Path, write_pid: bool = True) -> bool:
             with contextlib.suppress(FileNotFoundError):
                 pid_path.unlink()  # a maintenance run that died: take its place
             continue
-        if write_pid:
-            os.write(fd, str(os.getpid()).encode())
-        os.close(fd)
+        try:
+            if write_pid:
+                os.write(fd, str(os.getpid()).encode())
+        except OSError:  # a full disk: no empty pid file left to stall the next run
+            with contextlib.suppress(OSError):
+                pid_path.unlink()
+            raise
+        finally:
+            os.close(fd)
         return True
     return False
 
@@ -162,7 +169,14 @@ def run_gc(reader: StateReader, auto: bool = False) -> dict[str, Any]:
     """Pack now; returns the figures. The pid file marks the run (``auto``: maybe_start
     claimed it already), so `verify` waits rather than read a half-moved object store."""
     pid_path = reader.store.git_dir / PID_FILE
-    if not auto and not _claim(pid_path):
+    try:
+        claimed = auto or _claim(pid_path)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise disk_full("maintenance could not start; nothing was changed",
+                            "free some disk space and run `gitstate gc` again") from exc
+        raise
+    if not claimed:
         raise Refused("maintenance is already running on this repository", rule="gc.running")
     start = time.perf_counter()
     failed_path = reader.store.git_dir / GC_FAILED_FILE

@@ -21,7 +21,8 @@ them as damaged, with the problem named.
 
 Recording is best effort by design: a refusal is answered to the caller whether or not the
 journal could be written (a full disk must not turn a clean refusal into a crash), and a
-failure is counted in ``.git/gitstate-refusals.failed`` for ``verify``.
+record that could not be written is kept in ``.git/gitstate-refusals.failed``, which
+``verify`` reports until ``gitstate repair-journal`` (:func:`repair`) journals it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import layout, locking, safefile, secretscan, textsafe
-from .errors import InvalidInput, Refused
+from .backlog import failed as _failed
+from .backlog import failures
+from .errors import InvalidInput, Refused, StoreError
 from .rules import check_key
 from .trailers import encode_json
 
@@ -126,29 +129,79 @@ def written(entry: dict[str, Any], seq: int, previous: str | None,
 
 
 def record(store: GitStore, identity: bytes, **fields: Any) -> str | None:
-    """Append one refusal; returns its commit (None when it could not be written)."""
+    """Append one refusal; returns its commit (None when it could not be written: the
+    record is then kept in :data:`FAILED_FILE`, gitstate/backlog.py, for :func:`repair`)."""
     if os.environ.get(_BASELINE_ENV):  # bench/refusal_storm.py's baseline: no journal
         return None
     entry = keep(fields)
     try:
         with locking.exclusive(store.git_dir / layout.REFUSALS_LOCK_FILE):
-            head = store.ref(REF)
-            seq = _seq(store, head) + 1 if head else 1
-            previous = None
-            if seq > RETAIN:  # a new generation: the full one becomes the previous
-                store.move_ref(PREVIOUS, store.ref(PREVIOUS), head)
-                store.move_ref(REF, head, None)
-                previous, head, seq = head, None, 1
-            data, message, when = written(entry, seq, previous, None if head is None
-                                          else store.commit_times(head)[1])
-            commit = store.commit(head, {FILE: data}, message, identity, when, ref=REF)
-        store.consolidate()  # outside the journal's lock, as after any write
-        return commit
-    except Exception:  # the refusal itself must still reach the caller
-        with contextlib.suppress(OSError):  # never through a link (safefile)
-            safefile.append(store.git_dir / FAILED_FILE,
-                            (datetime.now(UTC).isoformat() + "\n").encode(), repair=True)
+            try:
+                commit = _journal(store, identity, entry)
+            except Exception:  # under the journal's lock: a repair never misses it
+                _failed(store, entry)
+                return None
+    except Exception:  # the lock itself; the refusal must still reach the caller
+        _failed(store, entry)
         return None
+    with contextlib.suppress(Exception):
+        store.consolidate()  # outside the journal's lock, as after any write
+    return commit
+
+
+def _journal(store: GitStore, identity: bytes, entry: dict[str, Any]) -> str:
+    """One record's commit on the journal (its lock held)."""
+    head = store.ref(REF)
+    seq = _seq(store, head) + 1 if head else 1
+    previous = None
+    if seq > RETAIN:  # a new generation: the full one becomes the previous
+        store.move_ref(PREVIOUS, store.ref(PREVIOUS), head)
+        store.move_ref(REF, head, None)
+        previous, head, seq = head, None, 1
+    data, message, when = written(entry, seq, previous, None if head is None
+                                  else store.commit_times(head)[1])
+    commit = store.commit(head, {FILE: data}, message, identity, when, ref=REF)
+    if commit is None:  # the ref moved under the journal's lock: another tool writes it
+        raise StoreError("refs/gitstate/refusals moved while a record was written",
+                         rule="store.contention")
+    return commit
+
+
+def repair(store: GitStore, identity: bytes) -> tuple[int, int]:
+    """Journal the records kept in :data:`FAILED_FILE` and remove it (the journal's lock
+    held throughout): (records journaled, failures of which only the count was kept).
+    On an error part-way the records not journaled yet stay for the next repair."""
+    path = store.git_dir / FAILED_FILE
+    with locking.exclusive(store.git_dir / layout.REFUSALS_LOCK_FILE):
+        try:
+            lines = safefile.read_regular(path, 64 << 20).splitlines() or [b""]
+        except FileNotFoundError:
+            return 0, 0
+        except safefile.NotRegular:
+            path.unlink()  # the link itself, never what it names: nothing readable to keep
+            return 0, 1
+        done = lost = 0
+        for i, line in enumerate(lines):
+            try:
+                raw = json.loads(line)
+                entry = keep(raw) if isinstance(raw, dict) and "rule" in raw else None
+            except (ValueError, TypeError):
+                entry = None  # an older version's time stamp, or a line cut short
+            if entry is None:
+                lost += 1
+                continue
+            try:
+                _journal(store, identity, entry)
+            except Exception:
+                rest = b"".join(x + b"\n" for x in lines[i:])
+                with contextlib.suppress(OSError):
+                    safefile.write_atomic(path, rest)
+                raise
+            done += 1
+        path.unlink()
+    with contextlib.suppress(Exception):
+        store.consolidate()
+    return done, lost
 
 
 def _seq(store: GitStore, head: str) -> int:
@@ -420,9 +473,8 @@ def problems(store: GitStore) -> list[str]:
     chains.update({PULLED_PREFIX + n: h for n, h in store.refs_under(PULLED_PREFIX).items()})
     for ref, head in chains.items():
         out += [f"{ref}: {p}" for p in (check_chain(store, head) if head else [])]
-    failed = store.git_dir / FAILED_FILE
-    with contextlib.suppress(OSError):
-        count = len(safefile.read_regular(failed, 1 << 20).splitlines())
-        out.append(f"{count} refusals could not be recorded "
-                   "(state/.git/gitstate-refusals.failed)")
+    failed = failures(store)
+    if failed is not None:
+        out.append(f"{failed} (state/.git/gitstate-refusals.failed): `gitstate "
+                   "repair-journal` journals them")
     return out

@@ -22,7 +22,7 @@ from . import locking, maintenance, planners, requests, rules, runformat, safefi
 from .approval_api import ApprovalMethods
 from .config import LOCALES, Config, load_config, resolve_tz
 from .engine import WriteEngine, identity, tz_offset
-from .errors import InvalidInput, NotInitialized, Refused, StoreError, UsageError
+from .errors import InvalidInput, NotInitialized, Refused, StoreError, UsageError, disk_full
 from .layout import STATE_DIR, STATE_FILE, WRITTEN_DIRS, stray_files
 from .maintree import MainTree
 from .model import EMPTY, State, Value, format_time
@@ -130,10 +130,11 @@ class StateRepo(ApprovalMethods, RunMethods):
             with locking.directory(state_dir):
                 _create(state_dir, config, who, clock or (lambda: datetime.now(UTC)))
         except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise disk_full(f"cannot create {state_dir}; nothing usable was left") from exc
             raise StoreError(f"cannot create {state_dir} ({exc.strerror or exc}); nothing "
                              "usable was left behind: run `gitstate init` again once fixed",
-                             rule="store.disk_full" if exc.errno == errno.ENOSPC
-                             else getattr(exc, "rule", None) or "store.io") from exc
+                             rule=getattr(exc, "rule", None) or "store.io") from exc
         return cls(agent_dir, actor=actor, writer=writer, clock=clock, config=config,
                    signing_key=signing_key)
 
@@ -233,10 +234,10 @@ class StateRepo(ApprovalMethods, RunMethods):
             try:
                 return self.projection.rebuild(self.store, self.head())
             except OSError as exc:  # the old projection is still in place: nothing was lost
+                if exc.errno == errno.ENOSPC:
+                    raise disk_full("the history was not rebuilt; the file is as it was") from exc
                 raise StoreError(f"the history could not be rebuilt ({exc.strerror or exc}); "
-                                 "the previous file was left as it was",
-                                 rule="store.disk_full" if exc.errno == errno.ENOSPC
-                                 else "store.io") from exc
+                                 "the previous file was left as it was", rule="store.io") from exc
 
     def get(self, now: datetime | None = None, history: int = HISTORY_IN_GET,
             commit: str | None = None) -> StateView:

@@ -21,12 +21,13 @@ checks of ``mcp --http`` (httpguard: Host, Origin, a bearer token, required off 
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import htmlreport, reportdata, safefile
-from .errors import UsageError
+from .errors import UsageError, disk_full
 
 if TYPE_CHECKING:
     from .repo import StateRepo
@@ -47,6 +48,11 @@ def _publish(out: Path, pages: dict[str, str], progress: Progress | None,
     except safefile.OutputRefused as exc:
         hint = "; pass --force to replace it" if exc.rule == "report.out_exists" else ""
         raise UsageError(f"{exc}{hint}", rule=exc.rule) from exc
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:  # the half-written site is gone with its directory
+            raise disk_full(f"the site {out} could not be written; nothing was "
+                            "replaced") from exc
+        raise
     return len(pages)
 
 

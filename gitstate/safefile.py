@@ -312,7 +312,12 @@ def publish_tree(out: str | os.PathLike[str], files: dict[str, bytes],
     descriptor-based walk). Anything else is refused with :class:`OutputRefused`: ``out`` a
     symlink or not a directory (``report.out_not_dir``), or holding any file, link or FIFO
     this function did not write (``report.out_not_ours``); a tree published before is
-    replaced only if ``replace`` (else ``report.out_exists``)."""
+    replaced only if ``replace`` (else ``report.out_exists``).
+
+    The fresh directory is flocked while it fills: a run that dies (killed) leaves it
+    behind, and the next run for ``out`` removes every such leftover no live run holds
+    (:func:`_sweep_unfinished`); a run that fails (a full disk) removes its own."""
+    import fcntl
     import shutil
     import tempfile
 
@@ -323,8 +328,12 @@ def publish_tree(out: str | os.PathLike[str], files: dict[str, bytes],
                             "report.out_exists")
     parent, name = os.path.split(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)
+    _sweep_unfinished(parent, name)
     fresh = tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=parent)
+    held = -1
     try:
+        held = open_dir(fresh)
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # new: nobody else holds it
         manifest = sorted(files)
         for i, rel in enumerate(manifest, 1):
             parts = rel.split("/")
@@ -358,6 +367,38 @@ def publish_tree(out: str | os.PathLike[str], files: dict[str, bytes],
     except BaseException:
         shutil.rmtree(fresh, ignore_errors=True)
         raise
+    finally:
+        if held >= 0:
+            os.close(held)
+
+
+def _sweep_unfinished(parent: str, name: str) -> None:
+    """Remove the ``.<name>.*.tmp`` directories beside ``<name>`` that killed runs of
+    :func:`publish_tree` left: a minute old (one just made is not flocked yet) and their
+    flock free (no live run fills them). Never followed: a link there is not a directory."""
+    import fcntl
+    import shutil
+    import time
+
+    prefix = f".{name}."
+    for entry in os.listdir(parent):
+        if not (entry.startswith(prefix) and entry.endswith(".tmp")):
+            continue
+        path = os.path.join(parent, entry)
+        try:
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode) or time.time() - info.st_mtime < 60:
+                continue
+            fd = open_dir(path)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # a live run's
+        finally:
+            os.close(fd)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _published(out: str) -> bool:

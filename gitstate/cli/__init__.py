@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from .. import textsafe
-from ..errors import GitStateError
+from ..errors import DISK_FULL_HINT, GitStateError
 from .context import EXIT_STORE, Ctx
 
 COMMANDS: dict[str, str] = {
@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "blame": "audit:blame",
     "verify": "audit:verify",
     "history": "audit:history",
+    "repair-journal": "audit:repair_journal",
     "gc": "audit:gc",
     "schema": "typed:schema",
     "tools": "typed:tools",
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         rule = "store.disk_full" if full else getattr(exc, "rule", None) or "store.io"
         click.echo(f"gitstate: error [{rule}]: "
                    f"{textsafe.visible(str(exc))}"
-                   + ("; free some disk space and try again" if full else ""), err=True)
+                   + (f"; {DISK_FULL_HINT}" if full else ""), err=True)
         return EXIT_STORE
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)

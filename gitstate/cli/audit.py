@@ -319,6 +319,30 @@ def history(obj: Ctx, rebuild: bool) -> None:
             click.echo(str(repo.projection.path))
 
 
+@examples("gitstate repair-journal", "gitstate repair-journal --json")
+@click.command("repair-journal")
+@json_option
+@click.pass_obj
+def repair_journal(obj: Ctx, as_json: bool) -> None:
+    """Journal the refused writes whose record could not be written (a full disk, the
+    journal's lock unusable), kept meanwhile in state/.git/gitstate-refusals.failed, and
+    remove that file: `verify`'s refusals check passes again. A failure of which only the
+    count survived (the disk full even for that) is acknowledged and dropped.
+
+    Exit 0 once nothing is left to journal; 3 when the journal still cannot be written
+    (what was not journaled stays for the next run).
+    """
+    from .. import refusals
+    from ..engine import identity
+
+    with obj.repo() as repo:
+        done, lost = refusals.repair(repo.store, identity(repo.config))
+    emit({"journaled": done, "dropped": lost}, as_json, lambda d: (
+        f"journaled {d['journaled']} refusal records that had failed"
+        + (f"; {d['dropped']} failures kept only as a count were dropped" if d["dropped"]
+           else "") if d["journaled"] or d["dropped"] else "nothing to repair"))
+
+
 @examples("gitstate gc", "gitstate gc --json")
 @click.command()
 @click.option("--auto", is_flag=True, hidden=True, help="Run as automatic maintenance.")

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import safefile
-from ..errors import StoreError
+from ..errors import disk_full
 from ..layout import TREE_FILES
 
 
@@ -95,7 +95,7 @@ def atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
         safefile.write_atomic(path, data, durable=fsync)
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
-            raise StoreError(f"disk full while writing {path}", rule="store.disk_full") from exc
+            raise disk_full(f"{path} could not be written") from exc
         raise
 
 
@@ -152,7 +152,7 @@ def swap_write(path: Path | str, data: bytes, spare: Path | str) -> None:
             os.ftruncate(fd, len(data))
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
-            raise StoreError(f"disk full while writing {path}", rule="store.disk_full") from exc
+            raise disk_full(f"{path} could not be written") from exc
         raise
     finally:
         os.close(fd)

@@ -9,12 +9,14 @@ import os
 from collections.abc import Iterator
 
 from .. import gitcli, locking, safefile
-from ..errors import LockTimeout, StoreError
+from ..errors import LockTimeout, StoreError, disk_full
 from ..layout import REPACK_LOCK_FILE
 from . import packwrite
 from .base import RepoBase
 
 FOLD_CHECK_EVERY = 4  # writes per look at the pack directory (see PackOps.consolidate)
+# how git says ENOSPC (strerror, and "Out of diskspace" from its pack and object writers)
+_GIT_DISK_FULL = ("No space left on device", "Out of diskspace")
 
 
 class PackOps(RepoBase):
@@ -87,21 +89,29 @@ class PackOps(RepoBase):
             for args in (["repack", "-A", "-d", "-q", "--no-write-bitmap-index"],
                          ["prune-packed", "-q"],
                          ["prune", f"--expire={int(prune_hours * 3600)}.seconds.ago"]):
+                listed = set(_listing(self.pack_dir))
                 out = gitcli.run(self.path, args)
                 if out.returncode != 0:
-                    full = "No space left" in out.stderr
-                    raise StoreError(
-                        f"git {args[0]} failed: {out.stderr.strip()[:300]}"
-                        + ("; free some disk space and run `gitstate gc` again" if full
-                           else ""),
-                        rule="store.disk_full" if full else "gc.failed")
+                    # git leaves its temporary packs when it fails (a full disk): the run
+                    # that made them removes them (the repack lock is held: no other does)
+                    for name in set(_listing(self.pack_dir)) - listed:
+                        if name.startswith(("tmp_", ".tmp-")):
+                            with contextlib.suppress(OSError):
+                                os.unlink(os.path.join(self.pack_dir, name))
+                    said = out.stderr.strip()[:300]
+                    if any(text in out.stderr for text in _GIT_DISK_FULL):
+                        raise disk_full(f"git {args[0]} failed ({said}); nothing was lost",
+                                        "free some disk space and run `gitstate gc` again")
+                    raise StoreError(f"git {args[0]} failed: {said}", rule="gc.failed")
         else:
             try:
                 self.repo.object_store.repack()
             except OSError as exc:
+                if exc.errno == errno.ENOSPC:
+                    raise disk_full("packing failed; nothing was lost", "free some disk "
+                                    "space and run `gitstate gc` again") from exc
                 raise StoreError(f"packing failed ({exc.strerror or exc})",
-                                 rule="store.disk_full" if exc.errno == errno.ENOSPC
-                                 else "gc.failed") from exc
+                                 rule="gc.failed") from exc
         after = self.disk_usage()
         return {"bytes_before": before, "bytes_after": after}
 
@@ -142,3 +152,10 @@ class PackOps(RepoBase):
             except Exception as exc:  # any decoding failure is a corruption to report
                 problems.append(f"{sha.decode()}: {type(exc).__name__}: {exc}")
         return problems
+
+
+def _listing(folder: str) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except FileNotFoundError:
+        return []
