@@ -1,12 +1,13 @@
 """A key's timeline as an inline SVG step chart (for htmlreport's key pages). Pure.
 
 The x axis spans the key's own events (its first to its last change, refusal or wake-up,
-with a margin of 4% each side), not the report's time: a day of changes made months ago
-fills the chart. Its ticks fall on round wall-clock times in the agent's zone (``zone``),
-labelled to the unit they step by, with the zone named in the axis title. Numbers are
-plotted as a step line, other values as labelled bands; a value's label is drawn only where
-its step is wide enough for it (every value is in the mark's hover title and the tables),
-and everything is clipped to the frame. A legend names each mark shape that appears.
+with a margin of 4% each side, at least a second), not the report's time: a day of changes
+made months ago fills the chart. Its ticks fall on round wall-clock times in the agent's
+zone (``zone``), labelled to the unit they step by, with the zone named in the axis title.
+Numbers are plotted as a step line, other values as labelled bands; a value's label is
+drawn only where its step is wide enough for it (every value is in the mark's hover title
+and the tables), and everything is clipped to the frame. A legend names each mark shape
+that appears.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ MARKS = {"set": ("circle", "#1f77b4", "set"), "revert": ("diamond", "#7b1fa2", "
          "refused": ("cross", "#d32f2f", "refused attempt (at the value it tried)")}
 CHAR_PX = 7.0  # a generous width of one character at font-size 12
 MINUTE, HOUR, DAY = 60, 3600, 86400
-STEPS = (MINUTE, 5 * MINUTE, 15 * MINUTE, 30 * MINUTE, HOUR, 3 * HOUR, 6 * HOUR,
+STEPS = (1, 5, 15, 30, MINUTE, 5 * MINUTE, 15 * MINUTE, 30 * MINUTE, HOUR, 3 * HOUR, 6 * HOUR,
          12 * HOUR, DAY, 2 * DAY, 7 * DAY)
 MONTHS = (1, 3, 6, 12, 24, 60, 120)
 MAX_TICKS = 9
@@ -58,11 +59,10 @@ def zone_label(zone: tzinfo, moment: datetime) -> str:
 
 
 def span(times: list[float]) -> tuple[float, float]:
-    """The x range for these instants: their span with 4% each side (at least a minute;
+    """The x range for these instants: their span with 4% each side (at least a second;
     half an hour each side of a single instant)."""
     t0, t1 = min(times), max(times)
-    margin = (t1 - t0) * 0.04 if t1 > t0 else 1800.0
-    margin = max(margin, 60.0)
+    margin = max((t1 - t0) * 0.04, 1.0) if t1 > t0 else 1800.0
     return t0 - margin, t1 + margin
 
 
@@ -82,7 +82,8 @@ def ticks(a: float, b: float, zone: tzinfo) -> list[tuple[float, str, str]]:
             if t > b:
                 break
             if t >= a:
-                out.append((t, moment.strftime("%H:%M") if step < DAY else
+                out.append((t, moment.strftime("%H:%M:%S") if step < MINUTE else
+                            moment.strftime("%H:%M") if step < DAY else
                             moment.strftime("%m-%d"),
                             moment.strftime("%Y-%m-%d") if step < DAY else
                             moment.strftime("%Y")))

@@ -18,6 +18,7 @@ from gitstate.demo import run_demo
 from gitstate.htmlreport import STYLE, slug
 from gitstate.repo import StateRepo
 from gitstate.report import write_report
+from gitstate.reportchart import span, ticks
 from tests.helpers import Clock, run_cli
 
 W = 1100  # the chart's viewBox width
@@ -223,3 +224,30 @@ def test_every_font_stack_names_a_cjk_font() -> None:
         assert all(value.find(name) < generic for name in CJK if name in value)
         covered |= {s.strip() for s in selectors.split(",")}
     assert {"body", "svg text", "pre", "code"} <= covered, covered
+
+
+@pytest.mark.parametrize(("seconds", "pattern", "first"), [
+    (3, r"13:53:4\d", "13:53:42"),  # changes seconds apart: ticks by the second
+    (5 * 3600, r"\d\d:00", "10:00"),  # hours, on the hour
+    (40 * 86400, r"\d\d-\d\d", None),  # weeks (day labels), not forty days
+    (3 * 365 * 86400, r"20\d\d-(01|07)", "2026-07"),  # half years
+])
+def test_the_time_axis_ticks_at_round_local_times(seconds: int, pattern: str,
+                                                  first: str | None) -> None:
+    """Round wall-clock instants in the zone, at most nine, evenly apart, labelled to their
+    unit, the date (or year) given on the first tick."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    zone = ZoneInfo("Asia/Taipei")
+    start = datetime(2026, 8, 13, 13 if seconds < 60 else 9, 53, 43, tzinfo=zone).timestamp()
+    a, b = span([start, start + seconds])
+    assert a < start and b > start + seconds and (b - a) < seconds * 1.1 + 2
+    found = ticks(a, b, zone)
+    assert 2 <= len(found) <= 9 and all(a <= t <= b for t, _, _ in found)
+    assert all(re.fullmatch(pattern, label) for _, label, _ in found), found
+    assert first is None or found[0][1] == first, found
+    gaps = {round(t2 - t1) for (t1, _, _), (t2, _, _) in itertools.pairwise(found)}
+    assert len(gaps) == 1 or seconds > 365 * 86400, gaps  # months differ in length
+    if seconds < 365 * 86400:
+        assert found[0][2] in ("2026-08-13", "2026"), found  # the context on the first
