@@ -116,8 +116,8 @@ class Pg:
         if not bins:
             raise RuntimeError("no PostgreSQL server binaries")
         self.bin = Path(bins[-1]).parent
-        self.dir = root / "pg"
-        self.dir.mkdir()
+        self.dir = Path(tempfile.mkdtemp(prefix="gitstate-bench-pg-"))  # its own: 0755
+        self.dir.chmod(0o755)
         self.as_user: list[str] = []
         if os.geteuid() == 0:
             shutil.chown(self.dir, "postgres")
@@ -135,6 +135,7 @@ class Pg:
     def stop(self) -> None:
         with contextlib.suppress(Exception):
             self._run("pg_ctl", "-D", str(self.dir / "data"), "-m", "immediate", "stop")
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Savers:
@@ -193,7 +194,9 @@ class Savers:
                        if p.exists())
         if name == "postgres":
             with saver.conn.cursor() as cur:
-                cur.execute("SELECT pg_database_size(current_database()) AS n")
+                cur.execute("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) AS n "
+                            "FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace "
+                            "WHERE s.nspname = 'public' AND c.relkind = 'r'")  # its tables
                 return int(cur.fetchone()["n"])
         return None
 

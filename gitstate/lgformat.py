@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 from urllib.parse import unquote
 
@@ -74,10 +75,51 @@ def refuse_secrets(files: dict[str, bytes], message: str) -> None:
     resume another conversation."""
     for path, data in files.items():
         rules.check_secret(path, "a checkpoint file name (channel, version or task)")
-        found = secretscan.scan_bytes(data)
+        found = scan_windows(data)
         if found is not None:
             rules.refuse_secret(f"the checkpoint file {path}", found, path)
     rules.check_secret(message, "the checkpoint's commit message (ids, step, source)")
+
+
+WINDOW = 16 << 10
+OVERLAP = 4 << 10
+_SEPARATOR = re.compile(rb"[\x00-\x20\"',:;{}\[\]()<>|\\]")
+_CLEAN: set[bytes] = set()  # digests of windows scanned clean, in this process
+
+
+def scan_windows(data: bytes) -> secretscan.Finding | None:
+    """``secretscan.scan_bytes`` of ``data``, window by window, skipping windows scanned
+    clean before: a channel that grows by appending (a message list) is the same bytes as
+    its previous version but for its ends, and scanning its 500 kB whole took 60 ms a
+    step. Windows start at multiples of ``WINDOW`` moved on to the next separator byte
+    (space, quote, bracket, control byte: never inside a token) and run ``OVERLAP`` bytes
+    past the next window's start, then on to a separator: every run of token characters
+    lies whole in the window where it starts, as does any match of up to ``OVERLAP``
+    bytes (the patterns' texts are far shorter)."""
+    if len(data) <= WINDOW + OVERLAP:
+        return secretscan.scan_bytes(data)
+    cuts = [0]
+    while cuts[-1] + WINDOW < len(data):
+        sep = _SEPARATOR.search(data, cuts[-1] + WINDOW)
+        if sep is None:
+            break
+        cuts.append(sep.start())
+    for i, start in enumerate(cuts):
+        end = len(data)
+        if i + 1 < len(cuts):
+            sep = _SEPARATOR.search(data, cuts[i + 1] + OVERLAP)
+            end = sep.start() if sep is not None else len(data)
+        window = data[start:end]
+        digest = hashlib.sha1(window).digest()
+        if digest in _CLEAN:
+            continue
+        found = secretscan.scan_bytes(window)
+        if found is not None:
+            return found
+        if len(_CLEAN) > 1 << 16:
+            _CLEAN.clear()
+        _CLEAN.add(digest)
+    return None
 
 
 def trailer_json(fields: dict[str, str], name: str, commit: str) -> Any:

@@ -251,3 +251,21 @@ def test_the_journal_is_rewritten_in_place_and_a_torn_record_ends_it(tmp_path: P
         assert len(left) == 1
         saver.put_writes(_conf("t", parent), [("k", "after")], "task-30")
         assert len(saver.get_tuple(_conf("t")).pending_writes or []) == 2
+
+
+def test_the_windowed_secret_scan_finds_what_the_whole_scan_finds() -> None:
+    from gitstate import secretscan
+    from gitstate.lgformat import WINDOW, scan_windows
+
+    token = "ghp_" + "aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6"
+    assert secretscan.scan_bytes(token.encode()) is not None
+    filler = b"turn 12: refund order customer ledger approve check amount policy " * 1200
+    assert scan_windows(filler) is None and scan_windows(filler) is None  # cached clean
+    for secret in (token.encode(), token.encode().hex().encode()):
+        for at in (WINDOW - 20, WINDOW - 3, WINDOW + 1, 2 * WINDOW - len(secret) // 2,
+                   len(filler) - 10):
+            data = filler[:at] + secret + filler[at:]
+            assert scan_windows(data) is not None, (len(secret), at)
+    long_run = b"ab" * 30000  # one token of 60 kB: a window holds it whole
+    hidden = b"x " * 9000 + long_run[:31111] + token.encode().hex().encode() + long_run
+    assert (scan_windows(hidden) is None) == (secretscan.scan_bytes(hidden) is None)
