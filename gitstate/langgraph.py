@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -113,6 +114,8 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
         self.mutex = threading.RLock()  # one store, many worker threads (the async API)
         self.index = CheckpointIndex(self.store.git_dir / layout.THREAD_INDEX_FILE)
         self._latest_at: dict[str, str | None] = {}  # commit -> its Gitstate-Latest
+        self._blobs: OrderedDict[str, bytes] = OrderedDict()
+        self._blob_bytes = 0
         self.fence = ThreadFence(self._lock_path, owner)  # one writer per thread (lgfence)
         self._wake = threading.Event()
         self._closing = False
@@ -264,6 +267,7 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
             else:
                 raise StoreError(f"{ref} kept moving while writing", rule="store.contention")
             self._latest_at[new] = latest
+            self._keep_blobs(new, files)
             if raw:
                 journal.clear(ns)
             self.index.added(ref, thread_id, ns, head, new, [Entry(

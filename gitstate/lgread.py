@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,8 @@ from .lgjournal import Journal, Write
 if TYPE_CHECKING:
     from .store import GitStore
 
+BLOB_CACHE_BYTES = 64 << 20
+
 
 class ThreadReads:
     """What reading a thread needs: the store, LangGraph's serde, the checkpoint index."""
@@ -39,6 +42,25 @@ class ThreadReads:
     serde: SerializerProtocol
     index: CheckpointIndex
     _latest_at: dict[str, str | None]  # commit -> its Gitstate-Latest
+    _blobs: OrderedDict[str, bytes]  # blob id -> bytes: what this saver wrote last
+    _blob_bytes: int
+
+    def _blob(self, sha: str) -> bytes:
+        data = self._blobs.get(sha)
+        return data if data is not None else self.store.blob(sha)
+
+    def _keep_blobs(self, commit: str, files: dict[str, bytes]) -> None:
+        """Keep the blobs a put just wrote (the next ``get_tuple`` of the thread reads
+        them), within ``BLOB_CACHE_BYTES``, the oldest dropped first."""
+        ids = self.store.file_ids(commit)
+        for name, data in files.items():
+            sha = ids.get(name)
+            if sha is None or sha in self._blobs or len(data) > BLOB_CACHE_BYTES // 8:
+                continue
+            self._blobs[sha] = data
+            self._blob_bytes += len(data)
+        while self._blob_bytes > BLOB_CACHE_BYTES and self._blobs:
+            self._blob_bytes -= len(self._blobs.popitem(last=False)[1])
 
     # -- refs, locks, journals, the index -------------------------------------------------
 
@@ -162,8 +184,8 @@ class ThreadReads:
         assert entry.checkpoint is not None
         files = self.store.file_ids(entry.commit)
         checkpoint: Checkpoint = self.serde.loads_typed(
-            untyped(self.store.blob(files["checkpoint"])))
-        metadata = self.serde.loads_typed(untyped(self.store.blob(files["metadata"])))
+            untyped(self._blob(files["checkpoint"])))
+        metadata = self.serde.loads_typed(untyped(self._blob(files["metadata"])))
         if entry.layout >= 2:
             paths = {channel_file(ch): ch for ch in checkpoint["channel_versions"]}
             found = {p: files[p] for p in paths if p in files}
@@ -173,7 +195,7 @@ class ThreadReads:
             found = self.store.tree_paths(entry.commit, list(paths))
         values: dict[str, Any] = {}
         for path, sha in found.items():
-            raw = self.store.blob(sha)
+            raw = self._blob(sha)
             if raw != EMPTY:
                 values[paths[path]] = self.serde.loads_typed(untyped(raw))
         thread_id, ns = state.thread, state.ns
@@ -195,7 +217,7 @@ class ThreadReads:
         for commit in state.writes.get(cid, []):
             sha = self.store.file_ids(commit).get(WRITES_FILE)
             if sha is not None:
-                found += lgjournal.decode(self.store.blob(sha))
+                found += lgjournal.decode(self._blob(sha))
         found += journal if journal is not None else self._journal(state.thread).read()
         if layout_ < 2:
             found += self._writes_v1(state.thread, state.ns, cid)
