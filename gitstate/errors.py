@@ -30,6 +30,7 @@ from __future__ import annotations
 TYPE_CHECKING = False  # not `from typing import`: typing costs ~3 ms per wake-up
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any
 
 
@@ -153,3 +154,12 @@ class LockTimeout(StoreError):
     """Another writer held the write lock for too long."""
 
     rule = "store.lock_timeout"
+
+
+def did_you_mean(name: str, names: Iterable[str]) -> str:
+    """The one suggestion for a name that does not exist (a key, a run, ...): " Did you
+    mean 'x'?" for the nearest of ``names`` (difflib's ratio, at least 0.6), else ""."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.6)
+    return f" Did you mean {close[0]!r}?" if close else ""

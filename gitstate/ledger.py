@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import locking, runs
-from .errors import InvalidInput, StoreError
+from .errors import InvalidInput, StoreError, did_you_mean
 from .layout import RUN_CACHE_DIR, RUN_LOCK_FILE
 from .model import format_time
 from .records import NextAction, RunGoal, RunSummary
@@ -81,11 +81,17 @@ class Ledger:
                                                           UTC))
         return now
 
+    def _unknown(self, run_id: str) -> runs.RunRefused:
+        """A run id with no ref: refused, naming the nearest run there is."""
+        names = self.store.refs_under(PREFIX)
+        return runs.RunRefused(f"no run {run_id!r}." + did_you_mean(run_id, names),
+                               rule="run.unknown", run_id=run_id)
+
     def read(self, run_id: str, commit: str | None = None) -> RunView:
         ref = self._ref(run_id)
         head = commit or self.store.ref(ref)
         if head is None:
-            raise runs.RunRefused(f"no run {run_id!r}", rule="run.unknown", run_id=run_id)
+            raise self._unknown(run_id)
         run = cached(self.store.git_dir, run_id, head)  # the commit's run.json, kept beside it
         if run is None:
             data = self.store.read_file(head, RUN_FILE)
@@ -240,7 +246,7 @@ class Ledger:
 
         head = self.store.ref(self._ref(run_id))
         if head is None:
-            raise runs.RunRefused(f"no run {run_id!r}", rule="run.unknown", run_id=run_id)
+            raise self._unknown(run_id)
         moment = None
         if not (4 <= len(at) <= 40 and all(c in "0123456789abcdef" for c in at)):
             try:

@@ -70,7 +70,7 @@ def test_log_is_the_chain_newest_first(big: tuple[Path, list[dict[str, object]]]
         fifth = datetime.fromisoformat(str(everything[4]["time"]).replace("Z", "+00:00"))
         assert len(list(audit.log(repo, since=fifth))) == 5
     out = run_cli("log", "--key", "k3", "-n", "5", "--json", agent_dir=agent)
-    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    rows = json.loads(out.stdout)["changes"]
     assert len(rows) == 5
     for row in rows:
         assert set(row) >= {"commit", "parent", "time", "actor", "op", "key", "old", "new",

@@ -187,7 +187,7 @@ def test_gitstate_log_show_and_diff_read_thread_refs(tmp_path: Path) -> None:
     assert log.returncode == 0, log.stderr
     lines = log.stdout.splitlines()
     assert len(lines) == 5 and "step 3 (loop)" in lines[0] and "step -1 (input)" in lines[-1]
-    rows = [json.loads(x) for x in run_cli("log", "--thread", "t-cli", "--json",
+    rows = [json.loads(x) for x in run_cli("log", "--thread", "t-cli", "--jsonl",
                                            agent_dir=agent).stdout.splitlines()]
     assert rows[0]["parent_checkpoint"] == rows[1]["checkpoint"]
     shown = json.loads(run_cli("show", "--thread", "t-cli", "--json", agent_dir=agent).stdout)

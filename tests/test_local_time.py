@@ -40,7 +40,7 @@ def test_a_time_without_an_offset_is_the_agents_wall_clock(demo: Path) -> None:
     assert "= 258" in run_cli("render", "--now", "2026-08-14T14:19", agent_dir=demo).stdout
     assert "= 258" not in run_cli("render", "--now", "2026-08-14T14:21", agent_dir=demo).stdout
     out = run_cli("log", "--since", "2026-08-13T14:00", "--json", agent_dir=demo)
-    assert [json.loads(line)["new"] for line in out.stdout.splitlines()] == [258]
+    assert [c["new"] for c in json.loads(out.stdout)["changes"]] == [258]
     out = run_cli("run", "start", "r1", "--goal", "g", "--criterion", "c", "-r", "r",
                   "--deadline", "2026-08-20T09:00", "--json", agent_dir=demo)
     assert json.loads(out.stdout)["goal"] and "2026-08-20T01:00:00Z" in out.stdout
@@ -68,7 +68,7 @@ def test_without_a_configured_zone_the_machines_zone_is_the_agents(tmp_path: Pat
     """No [gitstate] timezone: the machine's zone (TZ here), for reading and printing."""
     run_cli("init", agent_dir=tmp_path)
     run_cli("set", "k", "1", "-r", "r", agent_dir=tmp_path)
-    stamp = json.loads(run_cli("log", "-n", "1", "--json", agent_dir=tmp_path).stdout)["time"]
+    stamp = json.loads(run_cli("log", "-n", "1", "--jsonl", agent_dir=tmp_path).stdout)["time"]
     for tz, offset in (("UTC0", "+00:00"), ("Asia/Tokyo", "+09:00")):
         out = run_cli("log", "-n", "1", agent_dir=tmp_path, env={"TZ": tz}, process=True)
         assert out.stdout.split()[0].endswith(offset), out.stdout

@@ -56,7 +56,7 @@ def test_a_refused_write_is_recorded_and_touches_nothing_else(repo: StateRepo) -
     assert "refused set stop_loss.2317 254 (HEAD: 262) [cas.mismatch]" in out.stdout
     assert len(out.stdout.splitlines()) == 1  # the reason's line breaks forge nothing
     assert run_cli("log", "--refused", "--key", "other", agent_dir=repo.agent_dir).stdout == ""
-    line = run_cli("log", "--refused", "--json", agent_dir=repo.agent_dir).stdout
+    line = run_cli("log", "--refused", "--jsonl", agent_dir=repo.agent_dir).stdout
     assert json.loads(line)["commit"] == entry["commit"]
 
 

@@ -312,7 +312,7 @@ def test_fleet_view(tmp_path: Path, daemon: str) -> None:
     assert rows["beta"]["live_keys"] == 2 and rows["beta"]["expiring"] == ["stop"]
     assert rows["beta"]["verify"] == "ok" and rows["beta"]["last_change"]["reason"] == "cap"
     out = run_cli("fleet", str(root), "--json")
-    assert out.returncode == 0 and len(__import__("json").loads(out.stdout)) == 3
+    assert out.returncode == 0 and len(__import__("json").loads(out.stdout)["agents"]) == 3
     shutil.rmtree(root / "gamma" / "state" / ".git" / "objects")
     rows = {r["agent"]: r for r in fleet(root)}
     assert "error" in rows["gamma"] or rows["gamma"]["verify"] != "ok"

@@ -53,7 +53,7 @@ def test_history_entries_are_typed_and_keep_the_projection_form(tmp_path: Path) 
             entries[1].commit
         # the CLI's log --json is unchanged: the projection's lines, newest first
         out = run_cli("log", "--json", agent_dir=tmp_path / "a")
-        rows = [json.loads(line) for line in out.stdout.splitlines()]
+        rows = json.loads(out.stdout)["changes"]
         assert rows == [e.to_dict() for e in entries]
 
 

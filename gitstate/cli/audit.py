@@ -10,14 +10,17 @@ from typing import Any
 import click
 
 from .. import textsafe
-from ..errors import Refused
+from ..errors import Refused, did_you_mean
 from .context import (
     EXITS,
     Ctx,
-    did_you_mean,
     emit,
     examples,
     json_option,
+    jsonl_option,
+    limit_options,
+    limited,
+    listing,
     shown,
     time_help,
     value_text,
@@ -48,7 +51,7 @@ def _log_line(rec: dict[str, Any], when: When) -> str:
 @examples(exits=EXITS)
 @click.command()
 @click.option("--key", help="Only changes of this key.")
-@click.option("-n", "limit", type=click.IntRange(1), help="At most N changes.")
+@limit_options
 @click.option("--since", help=time_help("Only changes at or after this ISO 8601 time."))
 @click.option("--thread", help="A LangGraph checkpoint thread's commits instead "
               "(gitstate.langgraph; checkpoints, tombstones).")
@@ -57,39 +60,44 @@ def _log_line(rec: dict[str, Any], when: When) -> str:
               "journal, refs/gitstate/refusals): rule, op, key, attempted and expected "
               "value, the value in HEAD, actor, reason, time.")
 @json_option
+@jsonl_option
 @click.pass_obj
-def log(obj: Ctx, key: str | None, limit: int | None, since: str | None, thread: str | None,
-        ns: str, refused: bool, as_json: bool) -> None:
+def log(obj: Ctx, key: str | None, limit: int | None, show_all: bool, since: str | None,
+        thread: str | None, ns: str, refused: bool, as_json: bool, as_jsonl: bool) -> None:
     """The supersession chain, newest first: time, key, old -> new, actor, reason.
 
-    With --json, one JSON object per line (the fields of working_state_history.jsonl).
+    The newest 50 unless --limit N or --all; a cut listing ends with a line on stderr
+    saying how many more there are. With --json, one document {"changes": [...], "more":
+    N} (the fields of working_state_history.jsonl); --jsonl streams one change per line.
     With --refused, the writes a rule refused, newest first (docs/auditing.md).
 
     \b
     gitstate log --key stop_loss.2317 -n 20
+    gitstate log --all --jsonl
     gitstate log --refused --key stop_loss.2317
 
     Exit 1 (log.unknown_key, with the nearest key) when --key names a key no change ever
     touched.
     """
-    from ..audit import changes as log_view
+    from ..audit import changes
 
     if refused:
-        _refused_log(obj, key, limit, since, as_json)
+        _refused_log(obj, key, (limit, show_all), since, (as_json, as_jsonl))
         return
     if thread is not None:
         from ..threadview import log as thread_log
 
-        for row in thread_log(obj.agent_dir, thread, ns, limit):
-            click.echo(textsafe.dumps(row) if as_json else _thread_line(shown(row), obj))
+        rows, more = limited(thread_log(obj.agent_dir, thread, ns), limit, show_all)
+        listing("commits", rows, more, as_json, as_jsonl, lambda r: _thread_line(r, obj),
+                "commits")
         return
     with obj.repo() as repo:
-        found = False
-        for rec in log_view(repo, key=key, limit=limit, since=obj.time(since, "--since")):
-            found = True
-            click.echo(textsafe.dumps(rec) if as_json else _log_line(shown(rec), obj.when))
-        if key is not None and not found:
+        recs, more = limited(changes(repo, key=key, since=obj.time(since, "--since")), limit,
+                             show_all)
+        if key is not None and not recs:
             _known_key(repo, key, set())
+    listing("changes", recs, more, as_json, as_jsonl, lambda r: _log_line(r, obj.when),
+            "changes")
 
 
 def _known_key(repo: Any, key: str, refused_keys: set[str]) -> None:
@@ -113,15 +121,23 @@ def _thread_line(r: dict[str, Any], obj: Ctx) -> str:
     return f"{when}  {r['commit'][:12]}  {r['summary']}"
 
 
-def _refused_log(obj: Ctx, key: str | None, limit: int | None, since: str | None,
-                 as_json: bool) -> None:
+def _refused_line(r: dict[str, Any], obj: Ctx) -> str:
+    attempted = "" if r["attempted"] is None else f" {textsafe.dumps(r['attempted'])[:80]}"
+    held = "" if r["head_value"] is None else f" (HEAD: {textsafe.dumps(r['head_value'])[:40]})"
+    return (f"{obj.when(r['time'])}  {r['commit'][:12]}  refused {r['op'] or 'write'} "
+            f"{r['key'] or ''}{attempted}{held} [{r['rule']}] by "
+            f"{r['actor'] or r['writer']}: {r['reason'] or ''}")
+
+
+def _refused_log(obj: Ctx, key: str | None, bound: tuple[int | None, bool], since: str | None,
+                 formats: tuple[bool, bool]) -> None:
     from .. import refusals
     from ..model import parse_time
 
     moment = obj.time(since, "--since")
-    shown_n = 0
-    with obj.repo() as repo:
-        for rec in refusals.entries(repo.store):
+
+    def wanted(store: Any) -> Any:
+        for rec in refusals.entries(store):
             if rec.get("damaged"):  # named, then left out: its fields are not trusted
                 click.echo(f"warning: refusal record {rec['commit'][:12]} skipped: "
                            f"{rec.get('problem') or 'not a refusal record'}", err=True)
@@ -130,23 +146,15 @@ def _refused_log(obj: Ctx, key: str | None, limit: int | None, since: str | None
                 continue
             if moment is not None and parse_time(rec["time"]) < moment:
                 break  # newest first
-            if limit is not None and shown_n >= limit:
-                break
-            shown_n += 1
-            if as_json:
-                click.echo(textsafe.dumps(rec))
-                continue
-            r = shown(rec)
-            attempted = "" if r["attempted"] is None else \
-                f" {textsafe.dumps(rec['attempted'])[:80]}"
-            held = "" if r["head_value"] is None else \
-                f" (HEAD: {textsafe.dumps(rec['head_value'])[:40]})"
-            click.echo(f"{obj.when(r['time'])}  {r['commit'][:12]}  refused {r['op'] or 'write'} "
-                       f"{r['key'] or ''}{attempted}{held} [{r['rule']}] by "
-                       f"{r['actor'] or r['writer']}: {r['reason'] or ''}")
-        if key is not None and shown_n == 0:
+            yield rec
+
+    with obj.repo() as repo:
+        recs, more = limited(wanted(repo.store), *bound)
+        if key is not None and not recs:
             _known_key(repo, key, {str(r.get("key") or "") for r in
                                    refusals.entries(repo.store) if not r.get("damaged")})
+    listing("refused", recs, more, *formats, lambda r: _refused_line(r, obj),
+            "refused attempts")
 
 
 THREAD_HELP = ("A LangGraph checkpoint thread instead of main: REV is a checkpoint id or "
@@ -308,15 +316,18 @@ def verify(obj: Ctx, no_git: bool, as_json: bool) -> None:
 @examples("gitstate history", "gitstate history --rebuild")
 @click.command()
 @click.option("--rebuild", is_flag=True, help="Rewrite working_state_history.jsonl from git.")
+@json_option
 @click.pass_obj
-def history(obj: Ctx, rebuild: bool) -> None:
+def history(obj: Ctx, rebuild: bool, as_json: bool) -> None:
     """Maintain the JSONL projection of the log (see also `gitstate log`)."""
     with obj.repo() as repo:
+        path = str(repo.projection.path)
         if rebuild:
             count = repo.rebuild_history()
-            click.echo(f"rebuilt {repo.projection.path} from {count} commits")
+            emit({"path": path, "rebuilt": True, "commits": count}, as_json,
+                 f"rebuilt {path} from {count} commits")
         else:
-            click.echo(str(repo.projection.path))
+            emit({"path": path, "rebuilt": False}, as_json, path)
 
 
 @examples("gitstate repair-journal", "gitstate repair-journal --json")

@@ -78,10 +78,10 @@ class Ctx:
         """A stored time as text output shows it: in the agent's zone, with its offset."""
         return local_text(stamp, self.zone)
 
-    def repo(self) -> StateRepo:
+    def repo(self, writer: str = "human") -> StateRepo:
         from ..repo import StateRepo
 
-        return StateRepo(self.agent_dir, writer="human")
+        return StateRepo(self.agent_dir, writer=writer)
 
 
 class ValueArgs(click.Command):
@@ -172,7 +172,67 @@ def parse_json_value(text: str, option: str) -> Value:
 
 
 def json_option(f: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")(f)
+    return click.option("--json", "as_json", is_flag=True, help="Machine-readable output: "
+                        "one JSON document (docs/cli.md, \"Output\").")(f)
+
+
+DEFAULT_LIMIT = 50
+"""How many items a long listing shows unless told (``--limit N``, ``--all``)."""
+
+T = TypeVar("T")
+
+
+def limit_options(f: F) -> F:
+    """``--limit/-n N`` and ``--all``: a long listing's bound (default :data:`DEFAULT_LIMIT`)."""
+    f = click.option("--all", "show_all", is_flag=True, help="Every item, no limit.")(f)
+    return click.option("--limit", "-n", "limit", type=click.IntRange(1), help=(
+        f"At most N items (default {DEFAULT_LIMIT}; --all for every one)."))(f)
+
+
+def jsonl_option(f: F) -> F:
+    return click.option("--jsonl", "as_jsonl", is_flag=True, help="JSON Lines instead: one "
+                        "object per line, for a stream (docs/cli.md, \"Output\").")(f)
+
+
+def limited(items: Iterable[T], limit: int | None, show_all: bool) -> tuple[list[T], int]:
+    """The first ``limit`` items (default :data:`DEFAULT_LIMIT`; all with ``show_all``), and
+    how many more there were."""
+    cap = None if show_all else limit or DEFAULT_LIMIT
+    out: list[T] = []
+    more = 0
+    for item in items:
+        if cap is None or len(out) < cap:
+            out.append(item)
+        else:
+            more += 1
+    return out, more
+
+
+def more_note(more: int, what: str) -> None:
+    """The last line of a listing that was cut, on stderr (stdout keeps only the items)."""
+    if more:
+        click.echo(f"… {more} more {what}; --all to see them (or --limit N)", err=True)
+
+
+def listing(name: str, items: list[Any], more: int, as_json: bool, as_jsonl: bool,
+            line: Callable[[Any], str], what: str, empty: str = "") -> None:
+    """Print a long listing: one JSON document ``{name: [...], "more": N}`` with --json,
+    one object per line with --jsonl, else one text line per item (``line`` gets the
+    terminal-safe JSON form); then, when it was cut, :func:`more_note`."""
+    from ..results import to_json
+
+    data = to_json(items)
+    if as_json:
+        click.echo(textsafe.dumps({name: data, "more": more}, indent=2))
+    elif as_jsonl:
+        for item in data:
+            click.echo(textsafe.dumps(item))
+    elif data:
+        for item in shown(data):
+            click.echo(line(item))
+    elif empty:
+        click.echo(empty)
+    more_note(more, what)
 
 
 def emit(data: Any, as_json: bool, text: str | Callable[[Any], str]) -> None:
@@ -198,15 +258,6 @@ def shown(data: Any) -> Any:
     if isinstance(data, list | tuple):
         return [shown(v) for v in data]
     return data
-
-
-def did_you_mean(name: str, names: Iterable[str]) -> str:
-    """The CLI's one suggestion for a name that does not exist: " Did you mean 'x'?" for the
-    nearest of ``names`` (difflib's ratio, at least 0.6), else ""."""
-    import difflib
-
-    close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.6)
-    return f" Did you mean {close[0]!r}?" if close else ""
 
 
 def warn(message: str) -> None:

@@ -9,7 +9,19 @@ from typing import Any
 import click
 
 from ..model import display_value, format_time
-from .context import AT_HELP, Ctx, emit, examples, json_option, time_help, warn
+from .context import (
+    AT_HELP,
+    Ctx,
+    emit,
+    examples,
+    json_option,
+    jsonl_option,
+    limit_options,
+    limited,
+    listing,
+    time_help,
+    warn,
+)
 
 
 def _get_text(data: dict[str, Any], when: Callable[[str | None], str]) -> str:
@@ -184,10 +196,12 @@ def _reproduce(obj: Ctx, receipt_id: str) -> None:
 @examples("gitstate receipts -n 5", "gitstate receipts --since 2026-08-13T09:00 --json")
 @click.command()
 @click.option("--since", help=time_help("Only wake-ups at or after this ISO 8601 time."))
-@click.option("-n", "limit", type=click.IntRange(1), help="At most N receipts.")
+@limit_options
 @json_option
+@jsonl_option
 @click.pass_obj
-def receipts(obj: Ctx, since: str | None, limit: int | None, as_json: bool) -> None:
+def receipts(obj: Ctx, since: str | None, limit: int | None, show_all: bool, as_json: bool,
+             as_jsonl: bool) -> None:
     """What each wake-up received, newest first: time, main's commit, the sha256 and size
     of the bytes delivered, the runtime and event, the run.
 
@@ -196,14 +210,10 @@ def receipts(obj: Ctx, since: str | None, limit: int | None, as_json: bool) -> N
     """
     from .. import receipts as store
 
-    items: list[dict[str, Any]] = []
-    for rec in store.entries(str(obj.agent_dir / "state" / ".git"),
-                             obj.time(since, "--since")):
-        if limit is not None and len(items) >= limit:
-            break
-        items.append(rec)
-    emit({"receipts": items}, as_json, lambda d: "\n".join(
+    items, more = limited(store.entries(str(obj.agent_dir / "state" / ".git"),
+                                        obj.time(since, "--since")), limit, show_all)
+    listing("receipts", items, more, as_json, as_jsonl, lambda r: (
         f"{obj.when(r['time'])}  {r['id']}  {str(r['head'] or '-')[:12]}  {r['runtime']}"
         f"{'/' + r['event'] if r['event'] else ''}  {r['bytes']} bytes  sha256 "
-        f"{r['sha256'][:16]}" + (f"  run {r['run_id']}" if r["run_id"] else "")
-        for r in d["receipts"]) or "(no receipts)")
+        f"{r['sha256'][:16]}" + (f"  run {r['run_id']}" if r["run_id"] else "")),
+        "receipts", "(no receipts)")

@@ -26,12 +26,13 @@ def remote() -> None:
 )
 @remote.command("set")
 @click.argument("url")
+@json_option
 @click.pass_obj
-def remote_set(obj: Ctx, url: str) -> None:
+def remote_set(obj: Ctx, url: str, as_json: bool) -> None:
     """Use URL as the remote (origin)."""
     with obj.repo() as repo:
         repo.store.set_remote_url(url)
-    click.echo(f"remote set to {url}")
+    emit({"remote_url": url}, as_json, f"remote set to {url}")
 
 
 @examples(
@@ -40,24 +41,26 @@ def remote_set(obj: Ctx, url: str) -> None:
           "repository cannot be used.",
 )
 @remote.command("show")
+@json_option
 @click.pass_obj
-def remote_show(obj: Ctx) -> None:
+def remote_show(obj: Ctx, as_json: bool) -> None:
     """Print the remote URL (exit 1 when none is set)."""
     with obj.repo() as repo:
         url = repo.store.remote_url()
     if not url:
         raise Refused("no remote is set", rule="remote.none")
-    click.echo(url)
+    emit({"remote_url": url}, as_json, url)
 
 
 @examples("gitstate remote unset")
 @remote.command("unset")
+@json_option
 @click.pass_obj
-def remote_unset(obj: Ctx) -> None:
+def remote_unset(obj: Ctx, as_json: bool) -> None:
     """Forget the remote (local history is untouched)."""
     with obj.repo() as repo:
         repo.store.set_remote_url(None)
-    click.echo("remote unset")
+    emit({"remote_url": None}, as_json, "remote unset")
 
 
 def _sync_text(r: dict[str, Any]) -> str:
@@ -142,14 +145,16 @@ def status(obj: Ctx, as_json: bool) -> None:
 @click.command()
 @click.argument("url")
 @click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
+@json_option
 @click.pass_obj
-def clone(obj: Ctx, url: str, directory: Path | None) -> None:
+def clone(obj: Ctx, url: str, directory: Path | None, as_json: bool) -> None:
     """A new agent directory (DIRECTORY, else --agent-dir) from a remote state repository."""
     from ..repo import StateRepo
 
     target = directory or obj.agent_dir
     with StateRepo.clone(url, target) as repo:
-        click.echo(f"cloned {url} into {repo.state_dir} (main at {repo.head()[:12]})")
+        data = {"url": url, "state_dir": str(repo.state_dir), "head": repo.head()}
+    emit(data, as_json, f"cloned {url} into {data['state_dir']} (main at {data['head'][:12]})")
 
 
 @examples(
@@ -170,7 +175,9 @@ def clone(obj: Ctx, url: str, directory: Path | None) -> None:
                    "approval links and the schema's writers); default: the server's main "
                    "now. The hook passes the pushed main's new commit, which it checks in "
                    "the same run: one refused ref refuses the whole push.")
-def verify_push(old: str, new: str, ref: str, git_dir: Path, main: str | None) -> None:
+@json_option
+def verify_push(old: str, new: str, ref: str, git_dir: Path, main: str | None,
+                as_json: bool) -> None:
     """Server-side check of one pushed ref update (what hooks/git/pre-receive runs).
 
     Checks every new commit exactly like a local write (docs/security.md): history (no
@@ -182,6 +189,9 @@ def verify_push(old: str, new: str, ref: str, git_dir: Path, main: str | None) -
     from ..sync import verify_push as check
 
     problems = check(git_dir, old, new, ref, main=main)
+    if as_json:
+        emit({"ref": ref, "old": old, "new": new, "ok": not problems, "problems": problems},
+             True, "")
     for problem in problems:
         click.echo(f"gitstate: {textsafe.visible(problem)}", err=True)
     if problems:
@@ -232,7 +242,7 @@ def fleet(root: Path, expiring_hours: float, full: bool, as_json: bool) -> None:
                       "state/.git): give the directory that holds the agents' directories",
                       rule="fleet.empty")
     if as_json:
-        emit(rows, True, "")
+        emit({"agents": rows}, True, "")
         return
     for raw, r in zip(rows, shown(rows), strict=True):
         if "error" in r:

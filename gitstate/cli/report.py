@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..httpguard import REQUEST_SECONDS
-from .context import Ctx, examples
+from .context import Ctx, emit, examples, json_option
 
 
 @examples(
@@ -27,8 +27,9 @@ from .context import Ctx, examples
               "fresh directory renamed into place).")
 @click.option("--fleet", "fleet_root", type=click.Path(file_okay=False, exists=True,
               path_type=Path), help="Every agent directory under this root, with an index.")
+@json_option
 @click.pass_obj
-def report(obj: Ctx, out: Path, fleet_root: Path | None, force: bool) -> None:
+def report(obj: Ctx, out: Path, fleet_root: Path | None, force: bool, as_json: bool) -> None:
     """Write a static, self-contained site for auditors (no script, no network; open
     DIR/index.html from disk): the overview (every key, expired ones marked; handoff, verify,
     recent commits with old -> new, refused attempts and wake-ups), one timeline per key (the
@@ -49,7 +50,8 @@ def report(obj: Ctx, out: Path, fleet_root: Path | None, force: bool) -> None:
         with obj.repo() as repo:
             pages = write_report(repo, out, obj.agent_dir.resolve().name, progress,
                                  force)
-    click.echo(f"wrote {pages} pages: {(out / 'index.html').resolve().as_uri()}")
+    index = (out / "index.html").resolve().as_uri()
+    emit({"pages": pages, "index": index}, as_json, f"wrote {pages} pages: {index}")
 
 
 @examples(

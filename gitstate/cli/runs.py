@@ -14,6 +14,10 @@ from .context import (
     emit,
     examples,
     json_option,
+    jsonl_option,
+    limit_options,
+    limited,
+    listing,
     parse_json_value,
     parse_value,
     time_help,
@@ -156,6 +160,8 @@ def show(obj: Ctx, run_id: str, at: str | None, as_json: bool) -> None:
 @examples(
     "gitstate run promote refund-O-104 --key refund.O-104 --value 120 --evidence ledger:T-1 "
     "--reason \"refund confirmed\"",
+    "gitstate run promote refund-O-104 --key refund.O-104 --value refunded --evidence "
+    "refund:R-9 --reason done --as runtime",
 )
 @run.command()
 @click.argument("run_id")
@@ -164,17 +170,20 @@ def show(obj: Ctx, run_id: str, at: str | None, as_json: bool) -> None:
               "scalars, else text).")
 @click.option("--evidence", required=True, help="An evidence ref recorded in the run.")
 @click.option("--reason", "-r", required=True, help="Why: becomes the commit message.")
+@click.option("--as", "writer", type=click.Choice(["human", "runtime"]), default="human",
+              show_default=True, help="Promote as the runtime (`runs: promotable` names the "
+              "writers; a gateway in shell).")
 @click.option("--request-id", help="Idempotency key.")
 @json_option
 @click.pass_obj
 def promote(obj: Ctx, run_id: str, key: str, raw: str, evidence: str, reason: str,
-            request_id: str | None, as_json: bool) -> None:
+            writer: str, request_id: str | None, as_json: bool) -> None:
     """Make a run's finding durable: one set on main that cites the run's commit.
 
     Only for keys schema.yaml lists under `runs: promotable`, by the writers named there;
     never automatic (docs/runs.md).
     """
-    with obj.repo() as repo:
+    with obj.repo(writer) as repo:
         result = repo.promote(run_id, key, parse_value(raw), reason, evidence=evidence,
                               request_id=request_id)
     emit(result, as_json, lambda d: f"{d['key']} promoted from run {run_id} at "
@@ -220,17 +229,20 @@ def next_(obj: Ctx, run_id: str, as_json: bool) -> None:
     emit(nxt, as_json, lambda d: f"{d['action']}: {d['reason']}")
 
 
-@examples("gitstate run list", "gitstate run list --json")
+@examples("gitstate run list", "gitstate run list --all --json")
 @run.command("list")
+@limit_options
 @json_option
+@jsonl_option
 @click.pass_obj
-def list_(obj: Ctx, as_json: bool) -> None:
-    """Every run with its status and stop reason."""
+def list_(obj: Ctx, limit: int | None, show_all: bool, as_json: bool, as_jsonl: bool) -> None:
+    """Every run with its status and stop reason (the first 50 by id unless --limit N or
+    --all)."""
     with obj.repo() as repo:
-        items = repo.runs.listing()
-    emit({"runs": items}, as_json, lambda d: "\n".join(
-        f"{r['run_id']}  {r.get('status', 'damaged')}  {r.get('stop_reason') or ''}"
-        for r in d["runs"]) or "(no runs)")
+        items, more = limited(repo.runs.listing(), limit, show_all)
+    listing("runs", items, more, as_json, as_jsonl, lambda r: (
+        f"{r['run_id']}  {r.get('status', 'damaged')}  {r.get('stop_reason') or ''}"),
+        "runs", "(no runs)")
 
 
 @examples(

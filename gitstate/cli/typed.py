@@ -25,8 +25,9 @@ def schema() -> None:
 @examples("gitstate schema show", "gitstate schema show --rev HEAD~1")
 @schema.command("show")
 @click.option("--rev", default=None, help="Show the schema at this revision.")
+@json_option
 @click.pass_obj
-def schema_show(obj: Ctx, rev: str | None) -> None:
+def schema_show(obj: Ctx, rev: str | None, as_json: bool) -> None:
     """Print schema.yaml exactly as committed (comments included)."""
     from ..audit import resolve
 
@@ -36,6 +37,9 @@ def schema_show(obj: Ctx, rev: str | None) -> None:
     if data is None:
         raise Refused("no schema: keys are untyped (see docs/typed-state.md)",
                       rule="schema.none")
+    if as_json:
+        emit({"commit": commit, "schema": data.decode("utf-8")}, True, "")
+        return
     click.echo(data.decode("utf-8"), nl=False)
 
 
