@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from . import mcp_refusal, textsafe
 from .errors import GitStateError, UsageError
-from .mcp_schema import RunOut, StateOut, WriteOut, clean_schema, inline_schema
+from .mcp_schema import RunOut, StateOut, WriteOut, clean_schema, inline_schema, output_schema
 from .planners import UNSET, Expected
 from .repo import StateRepo
 from .results import refusal, to_json
@@ -225,7 +225,7 @@ class Tool:
     def wire(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description,
                 "inputSchema": inline_schema(clean_schema(self.args.model_json_schema())),
-                "outputSchema": clean_schema(self.output.model_json_schema()),
+                "outputSchema": output_schema(self.output.model_json_schema()),
                 "annotations": self.annotations}
 
 
