@@ -335,11 +335,11 @@ class Projection:
         self.append(records)
         return len(records)
 
-    def rebuild(self, walker: _Walker, head: str) -> int:
-        """Rewrite the projection from git alone."""
+    def rebuild(self, walker: _Walker, head: str | None) -> int:
+        """Rewrite the projection from git alone (``head`` None: empty)."""
         from .store import atomic_write
 
-        records = [record(info) for info in walker.walk(head)]
+        records = [record(info) for info in walker.walk(head)] if head else []
         records.reverse()
         atomic_write(self.path, b"".join(_line(r) for r in records))
         return len(records)

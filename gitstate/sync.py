@@ -204,6 +204,11 @@ class Remote:
             kept = UNPUSHED + datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
             store.move_ref(kept, None, local)
         new_head = base or local
+        if new_head != local:
+            # the projection forgets the commits being replaced before main moves: on
+            # either side of the move it is then a prefix of main's history, and a push
+            # killed in between leaves nothing that looks like a rewrite
+            self.reader.projection.rebuild(store, lease)
         if not store.move_ref(BRANCH, local, new_head):
             raise StoreError("main moved during the rebase", rule="store.contention")
         faults.hit("push.rebased")
