@@ -107,6 +107,7 @@ def check(agent: Path, tally: Tally) -> None:
         if (repo.state_dir / STATE_FILE).read_text() != head_file:
             failed.append("worktree: not HEAD's file")
     if failed:
+        failed += [p.name for p in (agent / "state").glob(".*.tmp")]
         tally.verify_failures += 1
         tally.unexpected.append(f"verify {agent.name}: {failed}")
 

@@ -124,9 +124,10 @@ class Remote:
 
             with self.store.incoming(url, ("main",), action="push") as got:
                 remote = got.refs.get(BRANCH)
-                with self.engine.locked():
+                with self.engine.locked(), self.store.writing():
                     if self.store.ref(REMOTE_REF) != lease:
                         continue  # another push here moved it meanwhile: start again
+                    self.tree.recover(False)  # as pull does (below), before a rebase
                     local = self.reader.head()  # a local write may have landed meanwhile
                     if remote is not None:
                         check(got.store, remote)
@@ -289,9 +290,11 @@ class Remote:
         the checks (against local main as it is then) and the ref moves."""
         url = self.url()
         with self.store.incoming(url, ("main",), action="pull") as got, \
-                self.engine.locked():
-            # an earlier pull or push killed before its checkout is finished first (a hand
-            # edit is moved aside, never overwritten)
+                self.engine.locked(), self.store.writing():
+            # main's crash marker is set as for a write: what a pull or a rebasing push
+            # killed here leaves (a projection's temporary file) is swept by the next one,
+            # and a checkout it did not finish is finished first (a hand edit is moved
+            # aside, never overwritten)
             self.tree.recover(False)
             local = self.reader.head()
             lease = self.store.ref(REMOTE_REF)

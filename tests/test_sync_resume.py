@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gitstate import audit
 from gitstate.layout import STATE_FILE
 from gitstate.repo import StateRepo
 from gitstate.runformat import PREFIX
@@ -74,6 +75,12 @@ def test_a_pull_killed_before_its_checkout_is_finished_not_adopted(tmp_path: Pat
     store.close()
     # the file is still the pre-pull commit's: a leftover, not a hand edit
     assert status.leftover and status.hand_edited == ()
+    with GitStore(b / "state").lock():  # busy: opening does not repair it now
+        repo = StateRepo(b)
+    checks = {c.name: c for c in audit.verify(repo)}
+    repo.close()
+    assert "not a hand edit" in checks["worktree"].detail, checks["worktree"]
+    assert "gitstate pull" in checks["worktree"].remedy
     adopt = run_cli("adopt", "--reason", "x", agent_dir=b, process=True)
     assert adopt.returncode != 0 and "adopt.nothing" in adopt.stdout + adopt.stderr
     assert run_cli("pull", agent_dir=b, process=True).returncode == 0

@@ -15,11 +15,13 @@ Write protocol (see docs/design.md, "The write path"), all under ``flock(.git/gi
    fast path checks) are replaced by ``fs.swap_write``, never flushed.
 
 A crash before 2 leaves only objects no ref names; a crash after 2 leaves a working tree
-that equals the parent commit's file, which :meth:`GitStore.worktree_status` recognises as
-a leftover (repaired silently) rather than a hand edit (reported, never injected).
+that equals the parent commit's file (or, after a pull that moved main several commits, the
+file the stamp names), which :meth:`GitStore.worktree_status` recognises as a leftover
+(repaired silently) rather than a hand edit (reported, never injected).
 
 ``base`` opens the repository and holds the objects, refs and lock; ``worktree``,
-``transport`` and ``packs`` add the working tree, remotes and packing on top of it.
+``transport`` (fetch), ``pushes`` and ``packs`` add the working tree, remotes and packing on
+top of it.
 """
 
 from __future__ import annotations
