@@ -143,14 +143,15 @@ class ApprovalMethods:
             gone = {k: e for k, e in approval_life.history(self.reader.history_iter(
                 contains=approvals.PREFIX.encode())).items() if k not in state.keys}
             state = State({**gone, **state.keys})
-        return approvals.listing(state, self.now())
+        return approvals.listing(state, self.engine.judged_now(head))
 
     def approval_verdict(self, tool: str, args: Any) -> Verdict:
         """Whether ``tool(args)`` may run now as far as approvals go, and why not. Advisory:
-        it reads HEAD as it is now; only ``spend_approval`` decides who runs the call."""
+        it reads HEAD as it is now; only ``spend_approval`` decides who runs the call. It is
+        judged at the time a spend on HEAD would be (``WriteEngine.judged_now``)."""
         head = self.reader.head()
         return approvals.can_run(self.reader.state_at(head), self._policies(head), tool, args,
-                                 self.now())
+                                 self.engine.judged_now(head))
 
     def consume_approval(self, approval_id: str, tool: str | None = None, args: Any = None, *,
                          reason: str | None = None, actor: str | None = None,

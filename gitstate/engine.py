@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from . import checks
+from .clockbase import reading_of
 from .config import Config, resolve_tz
 from .errors import InvalidInput, Refused, StoreError, disk_full
 from .layout import BRANCH, STATE_FILE
@@ -95,7 +96,20 @@ class WriteEngine:
     """The kernel lock serializes processes; this, the threads of one process."""
 
     def now(self) -> datetime:
-        return self.clock().astimezone(UTC).replace(microsecond=0)
+        """The time by the clock model (gitstate/clockbase.py): a wall reading that stepped
+        away from the repository's anchor is not believed."""
+        return reading_of(self.clock).time
+
+    def judged_now(self, commit: str | None = None) -> datetime:
+        """The time a write on ``commit`` (the ref's head by default) would be judged at,
+        which ``can_run`` and the approval listing use too: now, or the commit's own time
+        when that is later (commit times never go back within a ref)."""
+        now = self.now()
+        commit = commit or self.reader.store.ref(self.ref)
+        if commit is None:
+            return now
+        parent_time = self.reader.store.commit_times(commit)[1]
+        return max(now, datetime.fromtimestamp(parent_time, UTC))
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -190,16 +204,19 @@ class WriteEngine:
 
     def base(self) -> Base:
         """The ref's commit, its state and schema, and the time a commit on it carries:
-        the clock, or the parent's time when the clock stepped back, so that commit times
-        never decrease and ``--at`` always names one state (the raw clock then goes in the
-        ``Gitstate-Clock`` trailer)."""
+        the clock model's time (gitstate/clockbase.py), or the parent's time when that is
+        later, so that commit times never decrease and ``--at`` always names one state. The
+        raw wall clock goes in the ``Gitstate-Clock`` trailer whenever the commit is dated
+        otherwise (it was behind the parent, or it stepped away from the anchor)."""
         commit = self.reader.store.ref(self.ref)
         if commit is None:
             raise StoreError(f"{self.ref} does not exist", rule="store.no_ref")
-        now, clock = self.now(), None
+        reading = reading_of(self.clock)
+        now = reading.time
         parent_time = self.reader.store.commit_times(commit)[1]
         if now.timestamp() < parent_time:
-            now, clock = datetime.fromtimestamp(parent_time, UTC), format_time(now)
+            now = datetime.fromtimestamp(parent_time, UTC)
+        clock = format_time(reading.wall) if reading.wall != now else None
         return Base(commit, self.reader.state_at(commit), now, self.reader.schema_at(commit),
                     clock)
 

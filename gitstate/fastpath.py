@@ -15,6 +15,7 @@ import json
 import os
 import sys
 
+from . import clockbase
 from .config import Config, load_config, resolve_tz
 from .layout import (
     BRANCH,
@@ -30,7 +31,7 @@ from .model import STATE_FILE, State
 from .render import fit, phase_lines, render, text_chars
 from .safefile import read_regular
 from .textsafe import dumps
-from .timebase import UTC, datetime
+from .timebase import datetime
 
 TYPE_CHECKING = False  # not `from typing import`: typing costs ~3 ms per wake-up
 if TYPE_CHECKING:
@@ -184,7 +185,7 @@ def section_at_head(
         raise NotInitialized(f"{agent_dir} has no gitstate repository; run `gitstate init`")
     if not config.enabled:
         return "", [], None
-    moment = now or datetime.now(UTC)
+    moment = now or clockbase.read(os.path.join(state_dir, ".git")).time
     locale = locale or config.locale
     fast = _head_fast(state_dir)
     if fast is None:
@@ -378,7 +379,7 @@ def run_fast(command: str, agent_dir: str, opts: dict[str, str]) -> int:
     run_id = opts.get("run") or (os.environ.get("GITSTATE_RUN") if command == "hook" else None)
     try:
         config = config or load_config(agent_dir)
-        moment = datetime.now(UTC)
+        moment = clockbase.read(os.path.join(agent_dir, STATE_DIR, ".git")).time
         if "now" in opts:  # a time without an offset is in the agent's zone
             from .model import parse_given_time
 

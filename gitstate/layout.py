@@ -102,6 +102,7 @@ def stray_files(state_dir: str | os.PathLike[str]) -> list[str]:
 LOCK_FILE = "gitstate.lock"  # the kernel write lock (flock)
 REPACK_LOCK_FILE = "gitstate-repack.flock"  # one pack consolidation at a time (a flock)
 STAMP_FILE = "gitstate-stamp"  # what the render fast path checks (format below)
+CLOCK_FILE = "gitstate-clock.json"  # the clock model's anchor (clockbase.py)
 SCHEMA_CACHE_FILE = "gitstate-schema.json"  # the compiled schema, for the wake-up path
 CONFIG_CACHE_FILE = "gitstate-config.json"  # config.toml parsed, keyed by its SHA-1 (config.py)
 WRITING_FILE = "gitstate-writing"  # a write in progress; left behind only by a killed one
@@ -142,6 +143,7 @@ WRITTEN_FILES: dict[str, str] = {
     _GIT + LOCK_FILE: "in_place",
     _GIT + REPACK_LOCK_FILE: "in_place",
     _GIT + STAMP_FILE: "replace",
+    _GIT + CLOCK_FILE: "replace",
     _GIT + SCHEMA_CACHE_FILE: "replace",
     _GIT + CONFIG_CACHE_FILE: "replace",
     _GIT + PID_FILE: "new",

@@ -187,15 +187,19 @@ def _check_request(request: object) -> None:
 
 
 def _check_clock(clock: str | None, commit_time: int) -> None:
-    """Gitstate-Clock is the writer's raw clock when it was behind the parent's time: a
-    time in gitstate's format, earlier than the commit's."""
+    """Gitstate-Clock is the writer's raw wall clock when the commit is dated otherwise: a
+    time in gitstate's format other than the commit's, earlier (the clock was behind the
+    parent) or later by at most a year (a step ahead the clock model did not believe,
+    gitstate/clockbase.py)."""
     if clock is None:
         return
     moment = trailer_time(clock, "Gitstate-Clock")
-    if format_time(moment) != clock or moment.timestamp() >= commit_time:
-        raise InvalidInput(f"Gitstate-Clock {clock[:40]!r} is not a time earlier than the "
-                           "commit's in gitstate's format (it is written only when the "
-                           "writer's clock was behind)", rule="trailer.clock")
+    if format_time(moment) != clock or moment.timestamp() == commit_time or \
+            moment.timestamp() > commit_time + rules.TTL_MAX_HOURS * 3600:
+        raise InvalidInput(f"Gitstate-Clock {clock[:40]!r} is not a time other than the "
+                           "commit's, in gitstate's format and at most a year after it (it "
+                           "is written only when the writer's wall clock was not the "
+                           "commit's time)", rule="trailer.clock")
 
 
 def _trailer_lines(message: bytes) -> list[tuple[str, str]]:

@@ -14,11 +14,11 @@ import contextlib
 import errno
 import os
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import locking, maintenance, planners, requests, rules, runformat, safefile, trust
+from . import clockbase, locking, maintenance, planners, requests, rules, runformat, safefile, trust
 from .approval_api import ApprovalMethods
 from .config import LOCALES, Config, load_config, resolve_tz
 from .engine import WriteEngine, identity, tz_offset
@@ -88,7 +88,7 @@ class StateRepo(ApprovalMethods, RunMethods):
         self.reader = StateReader(self.state_dir, self.store, self.projection)
         self.tree = MainTree(self.reader)
         self.engine = WriteEngine(self.reader, self.config,
-                                  clock or (lambda: datetime.now(UTC)),
+                                  clock or clockbase.TrustedClock(self.store.git_dir),
                                   recover=self.tree.recover, writer=writer,
                                   hooks=[self.tree.after_commit, self._maintain],
                                   after_unlock=[self.store.consolidate])
@@ -128,7 +128,7 @@ class StateRepo(ApprovalMethods, RunMethods):
         try:
             state_dir.mkdir(parents=True, exist_ok=True)
             with locking.directory(state_dir):
-                _create(state_dir, config, who, clock or (lambda: datetime.now(UTC)))
+                _create(state_dir, config, who, clock or clockbase.TrustedClock(state_dir / ".git"))
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
                 raise disk_full(f"cannot create {state_dir}; nothing usable was left") from exc

@@ -156,6 +156,7 @@ OPERATIONS: dict[str, Callable[[Path], None]] = {
     "state/.git/" + layout.LOCK_FILE: _set,
     "state/.git/" + layout.REPACK_LOCK_FILE: _gc,
     "state/.git/" + layout.STAMP_FILE: _set,
+    "state/.git/" + layout.CLOCK_FILE: _set,
     "state/.git/" + layout.SCHEMA_CACHE_FILE: _set_schema,
     "state/.git/" + layout.CONFIG_CACHE_FILE: _config_cache,
     "state/.git/" + layout.PID_FILE: _gc,
