@@ -116,7 +116,7 @@ class Pg:
         if not bins:
             raise RuntimeError("no PostgreSQL server binaries")
         self.bin = Path(bins[-1]).parent
-        self.dir = Path(tempfile.mkdtemp(prefix="gitstate-bench-pg-"))  # its own: 0755
+        self.dir = Path(tempfile.mkdtemp(prefix="gitstate-bench-pg-", dir=root.parent))
         self.dir.chmod(0o755)
         self.as_user: list[str] = []
         if os.geteuid() == 0:
@@ -154,6 +154,13 @@ class Savers:
                 print(f"(PostgresSaver left out: {exc})")
         self._closers: list[Callable[[], None]] = []
         self._made = 0
+
+    def make_mode(self) -> str:
+        probe = GitCheckpointSaver(self.root / "probe")
+        try:
+            return probe.repo.durability
+        finally:
+            probe.close()
 
     def make(self) -> dict[str, Any]:
         self._made += 1
@@ -298,14 +305,18 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=100)
     parser.add_argument("--thread-steps", type=int, default=50)
     parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--dir", help="where every saver's files go (another file system)")
     args = parser.parse_args()
     if args.quick:
         args.chat_steps, args.threads, args.thread_steps, args.runs = 101, 10, 3, 8
     marks = [m for m in (10, 100, 1000) if m <= args.chat_steps]
-    root = Path(tempfile.mkdtemp(prefix="gitstate-bench-"))
+    root = Path(tempfile.mkdtemp(prefix="gitstate-bench-", dir=args.dir))
     pool = Savers(root, postgres=not args.no_postgres and not args.quick)
     try:
-        print("medians; ratios to SqliteSaver (WAL, synchronous=FULL); durability='sync'")
+        from gitstate.store.durability import describe
+
+        print(f"{describe(root)}; gitstate's durability {pool.make_mode()}; medians; ratios "
+              "to SqliteSaver (WAL, synchronous=FULL); durability='sync'")
         row("3-node graph, per super-step", three_node_scenario(pool.make(), args.runs))
         around, disk = chat_scenario(pool.make(), args.chat_steps, marks, pool)
         for m in marks:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -91,7 +92,7 @@ from .trailers import encode_json
 
 __all__ = ["ARCHIVE", "PREFIX", "GitCheckpointSaver", "GitStateStore", "dec", "enc",
            "parse_trailers", "trailer_json"]
-GC_EVERY_BYTES = 2 << 20  # packs written since the last repack that start maintenance
+GC_EVERY_BYTES = 1 << 20  # packs written since the last repack that start maintenance
 
 
 class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
@@ -182,17 +183,18 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
                 if want_ns is not None and ns != want_ns:
                     continue
                 state = self._entries(thread_id, ns, head)
-                for entry in state.by_id.values():
-                    cid = entry.checkpoint
-                    assert cid is not None
+                for cid, entry in state.by_id.items():
                     if (want_id and cid != want_id) or (before_id and cid >= before_id):
                         continue
-                    if entry.metadata is not None and any(
+                    if plain and entry.metadata is not None and any(
                             p is not None and entry.metadata.get(k) != p
                             for k, p in plain.items()):
                         continue  # the index's copy of the metadata already says no
                     found.append((cid, state, entry))
-            found.sort(key=lambda f: f[0], reverse=True)
+            if limit is not None and not filter:  # the newest `limit` only
+                found = heapq.nlargest(limit, found, key=lambda f: f[0])
+            else:
+                found.sort(key=lambda f: f[0], reverse=True)
             count = 0
             journals: dict[str, list[Write]] = {}  # each thread's, read once per list
             for _cid, state, entry in found:

@@ -149,16 +149,24 @@ class TransportOps(RepoBase):
         return out
 
     def _loose_refs_under(self, prefix: str) -> dict[str, str]:
-        base = f"{self.git_path}/{prefix.rstrip('/')}"
-        out = {}
-        for root, _dirs, files in os.walk(base):
-            for name in files:
-                if name.endswith(".lock"):
-                    continue
-                rel = os.path.relpath(os.path.join(root, name), base)
-                sha = self.ref(f"{prefix.rstrip('/')}/{rel}")
-                if sha is not None:
-                    out[rel] = sha
+        top = prefix.rstrip("/")
+        out: dict[str, str] = {}
+        stack = [(f"{self.git_path}/{top}", "")]
+        while stack:
+            path, rel = stack.pop()
+            try:
+                entries = os.scandir(path)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            with entries:
+                for entry in entries:
+                    name = rel + entry.name
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append((entry.path, name + "/"))
+                    elif not entry.name.endswith(".lock"):
+                        sha = self.ref(f"{top}/{name}")
+                        if sha is not None:
+                            out[name] = sha
         return out
 
     def remote_url(self) -> str | None:
