@@ -13,7 +13,7 @@ import pytest
 from gitstate import audit
 from gitstate.repo import StateRepo
 from tests.helpers import assert_fsck_clean, git
-from tests.ns_workers import ref_of
+from tests.ns_workers import JOURNAL_REFS, RUN_EVENTS, refs_to_search
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest.importorskip("langgraph")
@@ -22,9 +22,16 @@ pytest.importorskip("langgraph")
 def _ns_worker(agent: Path, ns: str, tag: str, pause: str | None = None,
                start: int = 1) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "tests.ns_workers", str(agent), ns, tag,
-                             str(start), *([pause] if pause else [])], cwd=ROOT,
+                             str(start), *(["--pause", pause] if pause else [])], cwd=ROOT,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+
+
+def _ref(ns: str, tag: str, n: int) -> str:
+    """The ref write ``n`` of writer ``tag`` of ``ns`` moves (tests/ns_workers.py)."""
+    return {"run": f"refs/heads/runs/{tag}-{n // RUN_EVENTS}",
+            "thread": f"refs/gitstate/threads/{tag}/%/checkpoints",
+            "journal": JOURNAL_REFS[0]}[ns]
 
 
 def _killed_main_writer(agent: Path) -> None:
@@ -55,7 +62,7 @@ def test_mains_crash_sweep_leaves_the_live_locks_of_every_other_namespace(
         assert proc.stdout is not None
         assert proc.stdout.readline() == "ready\n", proc.stderr.read() if proc.stderr else ""
         assert proc.stdout.readline() == "paused\n", ns
-    live = {ns: git_dir / (ref_of(ns, f"{ns}1")[0] + ".lock") for ns in paused}
+    live = {ns: git_dir / (_ref(ns, f"{ns}1", 1000) + ".lock") for ns in paused}
     assert all(lock.exists() for lock in live.values()), live
     _killed_main_writer(agent)
     assert (git_dir / "refs" / "heads" / "main.lock").exists()
@@ -69,8 +76,9 @@ def test_mains_crash_sweep_leaves_the_live_locks_of_every_other_namespace(
     for ns, proc in paused.items():
         out, err = proc.communicate("go\n", timeout=60)
         assert proc.returncode == 0, (ns, out, err)
-        token = out.splitlines()[-1].split(" ", 1)[1]
-        log = git(agent / "state", "log", "--format=%B", ref_of(ns, f"{ns}1")[0]).stdout
+        _n, ref, token = out.splitlines()[-1].split(" ", 2)
+        log = "".join(git(agent / "state", "log", "--format=%B", name).stdout
+                      for name in refs_to_search(ref))
         assert token in log, (ns, token)
     with StateRepo(agent) as repo:
         assert all(c.ok for c in audit.verify(repo)), [c for c in audit.verify(repo)
@@ -85,12 +93,12 @@ def test_each_namespace_recovers_its_own_killed_writers_lock(tmp_path: Path, ns:
     agent = tmp_path / "agent"
     StateRepo.init(agent).close()
     git_dir = agent / "state" / ".git"
-    proc = _ns_worker(agent, ns, "t1", "ref.locked")
+    proc = _ns_worker(agent, ns, "t1", "ref.locked", start=1000)
     assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
     assert proc.stdout.readline() == "paused\n"
     proc.kill()
     proc.communicate(timeout=30)
-    lock = git_dir / (ref_of(ns, "t1")[0] + ".lock")
+    lock = git_dir / (_ref(ns, "t1", 1000) + ".lock")
     assert lock.exists()
     _killed_main_writer(agent)
     with StateRepo(agent) as repo:
@@ -103,3 +111,43 @@ def test_each_namespace_recovers_its_own_killed_writers_lock(tmp_path: Path, ns:
     again.communicate(timeout=30)
     assert line.startswith("1000 "), line
     assert_fsck_clean(agent / "state")
+
+
+def test_a_ref_deletion_replaces_its_own_stale_lock_and_never_a_shared_one(
+        tmp_path: Path) -> None:
+    """Deleting a thread (its refs archived) under the thread's lock: the ref's own stale
+    `<ref>.lock` is replaced; a `packed-refs.lock`, which any namespace's writer may hold,
+    is waited for and then named (store.contention), never removed."""
+    from gitstate.errors import StoreError
+    from gitstate.langgraph import GitCheckpointSaver
+
+    agent = tmp_path / "agent"
+    for thread in ("t1", "t2"):
+        writer = _ns_worker(agent if agent.exists() else _init(agent), "thread", thread)
+        assert writer.stdout is not None and writer.stdout.readline() == "ready\n"
+        assert writer.stdout.readline().startswith("1 ")
+        writer.kill()
+        writer.communicate(timeout=30)
+    git_dir = agent / "state" / ".git"
+    git(agent / "state", "pack-refs", "--all")  # the refs now in packed-refs too
+    own = git_dir / "refs/gitstate/threads/t1/%/checkpoints.lock"
+    own.parent.mkdir(parents=True, exist_ok=True)
+    own.write_text("a killed writer's\n")
+    with GitCheckpointSaver(agent) as saver:
+        saver.delete_thread("t1")
+        assert saver.get_tuple({"configurable": {"thread_id": "t1"}}) is None
+        assert not own.exists()
+        shared = git_dir / "packed-refs.lock"
+        shared.write_text("a live git's\n")
+        with pytest.raises(StoreError) as exc:
+            saver.delete_thread("t2")
+        assert exc.value.rule == "store.contention" and "packed-refs.lock" in exc.value.message
+        assert shared.exists()
+        shared.unlink()
+        saver.delete_thread("t2")
+    assert_fsck_clean(agent / "state")
+
+
+def _init(agent: Path) -> Path:
+    StateRepo.init(agent).close()
+    return agent

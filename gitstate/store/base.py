@@ -272,18 +272,20 @@ class RepoBase:
         """Run a dulwich write of one ref, holding that ref's owner's kernel lock: the ref's
         own ``<ref>.lock`` it trips over is then a killed writer's, removed and the write
         tried again. Any other lock (``packed-refs.lock``, shared by every namespace) may be
-        a live writer's: waited for, never removed."""
+        a live writer's: waited for (4 s), never removed."""
+        lock = own_lock
         for attempt in range(40):
             try:
                 return action()
             except FileLocked as exc:
                 lock = os.fsdecode(exc.lockfilename)
-                if lock == own_lock:
+                if os.path.abspath(lock) == os.path.abspath(own_lock):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(lock)
                 else:
                     time.sleep(0.005 * attempt)
-        return action()
+        raise StoreError(f"{lock} stays taken: another program is writing; once none runs, "
+                         "remove it and try again", rule="store.contention")
 
     # -- reading --------------------------------------------------------------------------
 
