@@ -74,21 +74,25 @@ from .lgformat import (
     PREFIX,
     WRITES_FILE,
     channel_file,
+    checkpoint_head,
+    checkpoint_message,
     dec,
+    delete_runs_message,
     enc,
     ids,
     json_or_none,
     parse_trailers,
+    prune_message,
     refuse_secrets,
     trailer_json,
     typed,
     untyped,
+    writes_message,
 )
 from .lgindex import CheckpointIndex, Entry, RefEntries
 from .lgjournal import Write
 from .lgread import ThreadReads
 from .lgstore import GitStateStore as GitStateStore  # the Store, re-exported here
-from .trailers import encode_json
 
 __all__ = ["ARCHIVE", "PREFIX", "GitCheckpointSaver", "GitStateStore", "dec", "enc",
            "parse_trailers", "trailer_json"]
@@ -226,15 +230,8 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
                 if channel in values else EMPTY
         parent = conf.get("checkpoint_id")
         step, source = meta.get("step"), meta.get("source")
-        summary = f"checkpoint {cid}: step {step} ({source})".replace("\n", " ")
-        lines = [summary[:200], "",
-                 f"Gitstate-Checkpoint: {encode_json(cid)}",
-                 f"Gitstate-Parent-Checkpoint: {encode_json(parent)}",
-                 f"Gitstate-Source: {encode_json(source)}",
-                 f"Gitstate-Step: {encode_json(step)}"]
         run_id = None if meta.get("run_id") is None else str(meta["run_id"])
-        if run_id is not None:
-            lines.append(f"Gitstate-Run-Id: {encode_json(run_id)}")
+        lines = checkpoint_head(cid, parent, source, step, run_id)
         refuse_secrets(files, "\n".join(lines))
         wanted = {channel_file(ch) for ch in stored["channel_versions"]}
         ref = self.ref_name(thread_id, ns, "checkpoints")
@@ -258,10 +255,8 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
                     changes[WRITES_FILE] = lgjournal.encode(folded)
                 before = self._latest(head) if head is not None else None
                 latest = max(before or "", cid)
-                tail = [f"Gitstate-Latest: {encode_json(latest)}",
-                        f"Gitstate-Writes-For: {encode_json(writes_for)}",
-                        f"Gitstate-Layout: {LAYOUT}"]
-                new = self.store.commit(head, changes, "\n".join(lines + tail).encode() + b"\n",
+                new = self.store.commit(head, changes,
+                                        checkpoint_message(lines, latest, writes_for),
                                         self.identity, int(datetime.now(UTC).timestamp()),
                                         ref=ref)
                 if new is not None:
@@ -360,12 +355,9 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
                 if head is None:
                     continue
                 writes_for = sorted({w.checkpoint for w in folded})
-                message = (f"pending writes of {len(writes_for)} checkpoints\n\n"
-                           f"Gitstate-Writes-For: {encode_json(writes_for)}\n"
-                           f"Gitstate-Latest: {encode_json(self._latest(head))}\n"
-                           f"Gitstate-Layout: {LAYOUT}\n")
+                message = writes_message(writes_for, self._latest(head))
                 new = self.store.commit(head, {WRITES_FILE: lgjournal.encode(folded)},
-                                        message.encode(), self.identity,
+                                        message, self.identity,
                                         int(datetime.now(UTC).timestamp()), ref=ref)
                 if new is None:
                     raise StoreError(f"{ref} moved while writing", rule="store.contention")
@@ -399,20 +391,15 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
                 with self._lock(thread_id):
                     left = max((cid for cid, e in state.by_id.items()
                                 if e.run_id not in wanted), default=None)
-                    self._tombstone(thread_id, ns, f"delete the checkpoints of "
-                                    f"{len(wanted)} runs", "Delete-Runs",
-                                    sorted(wanted), left)
+                    self._tombstone(thread_id, ns, delete_runs_message(sorted(wanted), left))
 
-    def _tombstone(self, thread_id: str, ns: str, summary: str, trailer: str,
-                   value: object, latest: str | None) -> None:
+    def _tombstone(self, thread_id: str, ns: str, message: bytes) -> None:
         """A commit that hides checkpoints from readers and keeps them in history, with the
         newest id still visible after it."""
         ref = self.ref_name(thread_id, ns, "checkpoints")
-        message = (f"{summary}\n\nGitstate-{trailer}: {encode_json(value)}\n"
-                   f"Gitstate-Latest: {encode_json(latest)}\nGitstate-Layout: {LAYOUT}\n")
         for _ in range(5):
             head = self.store.ref(ref)
-            new = self.store.commit(head, {}, message.encode(), self.identity,
+            new = self.store.commit(head, {}, message, self.identity,
                                     int(datetime.now(UTC).timestamp()), ref=ref)
             if new is not None:
                 self._entries(thread_id, ns, new)
@@ -449,9 +436,7 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
                             kept += [c for c in ids_[len(kept):]
                                      if not self._older(state.by_id[c], older_than)]
                         if kept and len(kept) < len(ids_):
-                            self._tombstone(thread_id, ns, f"prune: keep {len(kept)} "
-                                            f"checkpoints, newest {kept[0]}", "Prune-Keep",
-                                            sorted(kept), kept[0])
+                            self._tombstone(thread_id, ns, prune_message(kept))
 
     def _older(self, entry: Entry, age: timedelta) -> bool:
         when = self.store.commit_times(entry.commit)[1]

@@ -18,6 +18,7 @@ from urllib.parse import unquote
 
 from . import layout, rules, secretscan
 from .errors import StoreError
+from .trailers import encode_json
 
 PREFIX = layout.THREADS_PREFIX
 ARCHIVE = layout.THREADS_ARCHIVE_PREFIX
@@ -147,3 +148,60 @@ def json_or_none(value: Any) -> Any:
         return json.loads(json.dumps(value))
     except (TypeError, ValueError, RecursionError):
         return None
+
+
+# -- commit messages: what the saver writes, and what a thread from elsewhere is re-derived
+# against (gitstate/lgcheck.py), byte for byte ---------------------------------------------
+
+def checkpoint_head(cid: str, parent: str | None, source: Any, step: Any,
+                    run_id: str | None) -> list[str]:
+    """The summary line and the first trailers of a checkpoint commit (what ``put`` scans
+    for secrets before taking the lock)."""
+    summary = f"checkpoint {cid}: step {step} ({source})".replace("\n", " ")
+    lines = [summary[:200], "",
+             f"Gitstate-Checkpoint: {encode_json(cid)}",
+             f"Gitstate-Parent-Checkpoint: {encode_json(parent)}",
+             f"Gitstate-Source: {encode_json(source)}",
+             f"Gitstate-Step: {encode_json(step)}"]
+    if run_id is not None:
+        lines.append(f"Gitstate-Run-Id: {encode_json(run_id)}")
+    return lines
+
+
+def checkpoint_message(head: list[str], latest: str, writes_for: list[str]) -> bytes:
+    tail = [f"Gitstate-Latest: {encode_json(latest)}",
+            f"Gitstate-Writes-For: {encode_json(writes_for)}",
+            f"Gitstate-Layout: {LAYOUT}"]
+    return "\n".join(head + tail).encode() + b"\n"
+
+
+def writes_message(writes_for: list[str], latest: str | None) -> bytes:
+    """A commit of pending writes only (``commit_pending_writes``)."""
+    return (f"pending writes of {len(writes_for)} checkpoints\n\n"
+            f"Gitstate-Writes-For: {encode_json(writes_for)}\n"
+            f"Gitstate-Latest: {encode_json(latest)}\n"
+            f"Gitstate-Layout: {LAYOUT}\n").encode()
+
+
+def _tombstone(summary: str, trailer: str, value: object, latest: str | None) -> bytes:
+    return (f"{summary}\n\nGitstate-{trailer}: {encode_json(value)}\n"
+            f"Gitstate-Latest: {encode_json(latest)}\nGitstate-Layout: {LAYOUT}\n").encode()
+
+
+def delete_runs_message(runs: list[str], latest: str | None) -> bytes:
+    """The tombstone of ``delete_for_runs``: ``runs`` sorted, ``latest`` the newest id
+    still visible."""
+    return _tombstone(f"delete the checkpoints of {len(runs)} runs", "Delete-Runs", runs,
+                      latest)
+
+
+def prune_message(kept: list[str]) -> bytes:
+    """The tombstone of ``prune``: the ids kept (the newest one among them)."""
+    newest = max(kept)
+    return _tombstone(f"prune: keep {len(kept)} checkpoints, newest {newest}", "Prune-Keep",
+                      sorted(kept), newest)
+
+
+def digest(thread_id: str) -> str:
+    """The hash naming a thread's lock and journal files."""
+    return hashlib.sha256(thread_id.encode()).hexdigest()[:24]

@@ -4,7 +4,6 @@ GitCheckpointSaver, gitstate/langgraph.py)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from .lgformat import (
     WRITES_FILE,
     channel_file,
     dec,
+    digest,
     enc,
     parse_trailers,
     trailer_json,
@@ -70,7 +70,7 @@ class ThreadReads:
 
     @staticmethod
     def _digest(thread_id: str) -> str:
-        return hashlib.sha256(thread_id.encode()).hexdigest()[:24]
+        return digest(thread_id)
 
     def _journal(self, thread_id: str) -> Journal:
         return Journal(self.store.git_dir / layout.THREAD_JOURNAL_FILE.format(
