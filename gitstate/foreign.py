@@ -71,24 +71,9 @@ def check_range(store: GitStore, old: str | None, new: str, config: Config | Non
     now = time.time() if now is None else now
     if old == new:
         return []
-    chain: list[str] = []
-    current: str | None = new
-    try:
-        while current is not None and current != old:
-            chain.append(current)
-            parents = store.parents(current)
-            if len(parents) > 1:
-                return [Problem(current, "commit.merge", "a merge commit: gitstate histories "
-                                "are linear, and a second parent would hide its commits from "
-                                "the first-parent audit trail")]
-            current = parents[0] if parents else None
-    except GitStateError as exc:
-        return [Problem(current or new, exc.rule, exc.message)]
-    if current != old:
-        return [Problem(new, "history.not_descendant",
-                        f"{new[:12]} does not descend from {(old or '')[:12]}: non-fast-forward "
-                        "updates (rewritten history) are refused")]
-    chain.reverse()
+    chain, refused = linear_chain(store, old, new)
+    if refused is not None:
+        return [refused]
     try:
         state = committed_state(store, old) if old else EMPTY
         previous_time = store.commit_times(old)[1] if old else None
@@ -112,6 +97,32 @@ def check_range(store: GitStore, old: str | None, new: str, config: Config | Non
             problems.append(Problem(commit, exc.rule, exc.message))
             break
     return problems
+
+
+def linear_chain(store: GitStore, old: str | None,
+                 new: str) -> tuple[list[str], Problem | None]:
+    """The commits after ``old`` (None: from the root) up to ``new``, oldest first, or the
+    problem that refuses them all: a merge (every gitstate history, in every ref
+    namespace, is one line) or a ``new`` that does not descend from ``old`` (a rewrite)."""
+    chain: list[str] = []
+    current: str | None = new
+    try:
+        while current is not None and current != old:
+            chain.append(current)
+            parents = store.parents(current)
+            if len(parents) > 1:
+                return [], Problem(current, "commit.merge", "a merge commit: gitstate "
+                                   "histories are linear, and a second parent would hide its "
+                                   "commits from the first-parent audit trail")
+            current = parents[0] if parents else None
+    except GitStateError as exc:
+        return [], Problem(current or new, exc.rule, exc.message)
+    if current != old:
+        return [], Problem(new, "history.not_descendant",
+                           f"{new[:12]} does not descend from {(old or '')[:12]}: "
+                           "non-fast-forward updates (rewritten history) are refused")
+    chain.reverse()
+    return chain, None
 
 
 def time_problem(author_time: int, commit_time: int, previous_time: int | None,

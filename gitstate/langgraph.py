@@ -367,6 +367,14 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
                 out.append(new)
         return out
 
+    def push(self, thread_ids: Sequence[str] | bool = True) -> dict[str, Any]:
+        """Carry threads (ids, or True: all) to main's remote, their pending writes committed
+        first so that an interrupted super-step resumes elsewhere (docs/langgraph.md,
+        "Threads travel"); what moved, as ``StateRepo.push_threads`` reports it."""
+        for thread_id in self._threads() if thread_ids is True else list(thread_ids or ()):
+            self.commit_pending_writes(thread_id)
+        return self.repo.push_threads(thread_ids)
+
     def _archive(self, thread_id: str) -> None:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         for name, head in self.store.refs_under(f"{PREFIX}{enc(thread_id)}/").items():

@@ -34,6 +34,7 @@ JOURNALS_PREFIX = "refs/gitstate/refusals/"  # + an origin id: a clone's journal
 PULLED_JOURNALS_PREFIX = "refs/gitstate/pulled-refusals/"  # + an origin id: pulled here
 JOURNAL_TRACKING_REF = "refs/remotes/origin/gitstate-refusals"
 THREADS_PREFIX = "refs/gitstate/threads/"  # + thread/namespace/kind (LangGraph checkpoints)
+THREADS_TRACKING_PREFIX = "refs/remotes/origin/threads/"  # a thread's head last seen there
 THREADS_ARCHIVE_PREFIX = "refs/gitstate/archive/threads/"  # + thread/time/...: deleted ones
 
 # -- ref namespaces: name -> pattern (a regular expression the whole name must match) -------
@@ -46,7 +47,8 @@ NAMESPACES: dict[str, str] = {
     "journals": JOURNALS_PREFIX + ORIGIN_ID_PATTERN,
     "threads": THREADS_PREFIX + _THREAD_PART + "/" + _THREAD_PART + "/[a-z]{1,16}",
     # kept here only, never taken from a remote
-    "tracking": f"{REMOTE_REF}|{RUNS_TRACKING_PREFIX}{RUN_ID_PATTERN}|{JOURNAL_TRACKING_REF}",
+    "tracking": f"{REMOTE_REF}|{RUNS_TRACKING_PREFIX}{RUN_ID_PATTERN}|{JOURNAL_TRACKING_REF}|"
+                f"{THREADS_TRACKING_PREFIX}{_THREAD_PART}/{_THREAD_PART}/checkpoints",
     "journal": f"{JOURNAL_REF}|{JOURNAL_PREVIOUS_REF}",
     "pulled_journals": PULLED_JOURNALS_PREFIX + ORIGIN_ID_PATTERN,
     "unpushed": UNPUSHED_PREFIX + r"[0-9]{8}T[0-9]{12}Z",

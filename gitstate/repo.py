@@ -5,8 +5,7 @@ inputs (``rules``), turns each operation into a planner (``planners``, ``revert`
 it to the write engine (``engine``), which owns the one write path. Reads go through the
 shared ``StateReader``. What is specific to main's working tree and to a remote is wired
 here: ``MainTree`` (recovery, the working tree, the projection, the schema cache) and
-``Remote`` (push, pull, remote-first commits).
-"""
+``Remote`` (push, pull, remote-first commits), ``ThreadTravel`` (LangGraph threads)."""
 
 from __future__ import annotations
 
@@ -24,6 +23,7 @@ from .config import LOCALES, Config, load_config, resolve_tz
 from .engine import WriteEngine, identity, tz_offset
 from .errors import InvalidInput, NotInitialized, Refused, StoreError, UsageError, disk_full
 from .layout import STATE_DIR, STATE_FILE, WRITTEN_DIRS, stray_files
+from .lgsync import ThreadTravel
 from .maintree import MainTree
 from .model import EMPTY, State, Value, format_time
 from .planners import UNSET, Base, Expected, Observation, Plan
@@ -52,7 +52,7 @@ HISTORY_IN_GET = 20
 __all__ = ["HISTORY_IN_GET", "UNSET", "StateRepo"]
 
 
-class StateRepo(ApprovalMethods, RunMethods):
+class StateRepo(ApprovalMethods, RunMethods, ThreadTravel):
     """One agent's working state: ``<agent_dir>/state`` plus ``<agent_dir>/config.toml``.
 
     ``writer`` is the schema's writer kind of every call through this object: ``agent``

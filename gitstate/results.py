@@ -154,6 +154,9 @@ class SyncResult:
     runs: dict[str, Any] = field(default_factory=dict, metadata=doc(
         "The run ledgers carried too: pushed / pulled, and those refused, diverged or ahead "
         "(docs/runs.md)."))
+    threads: dict[str, Any] = field(default_factory=dict, metadata=doc(
+        "The LangGraph threads carried when asked (--threads, --thread): pushed / pulled, "
+        "and those refused, diverged, ahead or with pending writes (docs/langgraph.md)."))
 
     @property
     def ok(self) -> bool:

@@ -403,10 +403,11 @@ def verify_push(git_dir: Path, old: str, new: str, ref: str,
     zero = ZERO.decode()
     namespace = layout.remote_namespace(ref)
     problem = layout.ref_name_problem(ref)
-    if problem is not None or namespace not in ("main", "runs", "journals"):
-        return [f"{ref[:200]!r}: [remote.ref_name] only {BRANCH}, run ledgers ({RUNS}<id>) "
-                f"and refusal journals ({REMOTE_PREFIX}<16 lowercase hex digits>) hold "
-                f"gitstate state" + (f"; this name is refused: {problem}" if problem else "")]
+    if problem is not None or namespace not in ("main", "runs", "journals", "threads"):
+        return [f"{ref[:200]!r}: [remote.ref_name] only {BRANCH}, run ledgers ({RUNS}<id>), "
+                f"refusal journals ({REMOTE_PREFIX}<16 lowercase hex digits>) and LangGraph "
+                f"threads ({layout.THREADS_PREFIX}<thread>/<ns>/checkpoints) hold gitstate "
+                f"state" + (f"; this name is refused: {problem}" if problem else "")]
     journal = namespace == "journals"
     if new == zero and journal:
         return [f"deleting {ref} is refused: the refusal journal is kept"]
@@ -425,6 +426,11 @@ def verify_push(git_dir: Path, old: str, new: str, ref: str,
         if journal:  # grows only: a fast-forward, or a new generation naming the old head
             return [f"{ref}: {p}" for p in check_update(store, None if old == zero else old,
                                                         new)]
+        if namespace == "threads":  # the thread rule (gitstate/lgcheck.py)
+            from .lgsync import verify_pushed as verify_thread
+
+            return verify_thread(store, ref, None if old == zero else old,
+                                 None if new == zero else new)
         if ref != BRANCH:
             if main is not None and not re.fullmatch(r"[0-9a-f]{40}", main):
                 return [f"[usage.main] --main {main[:60]!r} is not a commit id (40 lowercase "

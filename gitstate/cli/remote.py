@@ -83,7 +83,28 @@ def _sync_text(r: dict[str, Any]) -> str:
             lines.append(f"runs {word}: {', '.join(runs[word])}")
     for name, why in (runs.get("refused") or {}).items():
         lines.append(f"run {name} not pushed: {why}")
+    threads = r.get("threads") or {}
+    for word in ("pushed", "pulled", "ahead", "diverged"):
+        if threads.get(word):
+            lines.append(f"threads {word}: {', '.join(threads[word])}")
+    for name, why in (threads.get("refused") or {}).items():
+        lines.append(f"thread {name} not pushed: {why}")
+    if threads.get("pending"):
+        lines.append("threads with pending writes not yet in a commit (not pushed): "
+                     + ", ".join(threads["pending"]))
     return "\n".join(lines)
+
+
+def _threads_option(f: Any) -> Any:
+    """--threads (every LangGraph thread) and --thread ID (one; repeatable)."""
+    f = click.option("--thread", "thread_ids", multiple=True, metavar="ID",
+                     help="Carry this LangGraph thread too (repeatable).")(f)
+    return click.option("--threads", "all_threads", is_flag=True,
+                        help="Carry every LangGraph thread too (docs/langgraph.md).")(f)
+
+
+def _asked(all_threads: bool, thread_ids: tuple[str, ...]) -> list[str] | bool:
+    return True if all_threads else list(thread_ids)
 
 
 def _against_remote(data: dict[str, Any]) -> str:
@@ -94,11 +115,12 @@ def _against_remote(data: dict[str, Any]) -> str:
     return f"remote {data['remote_url']}: {ahead}, {data['behind']} behind"
 
 
-@examples("gitstate push", "gitstate push --json")
+@examples("gitstate push", "gitstate push --json", "gitstate push --thread refund-O-104")
 @click.command()
+@_threads_option
 @json_option
 @click.pass_obj
-def push(obj: Ctx, as_json: bool) -> None:
+def push(obj: Ctx, as_json: bool, all_threads: bool, thread_ids: tuple[str, ...]) -> None:
     """Publish local changes (push with lease; re-applied on top if the remote moved).
 
     Exit 1 when a local change no longer applies; it is shown with the remote's value and
@@ -106,20 +128,28 @@ def push(obj: Ctx, as_json: bool) -> None:
     """
     with obj.repo() as repo:
         result = repo.push()
+        threads = _asked(all_threads, thread_ids)
+        if threads:
+            result.threads = repo.push_threads(threads)
     emit(result, as_json, _sync_text)
     if result.refused:
         raise Refused(f"{len(result.refused)} local change(s) no longer apply",
                       rule="remote.conflict")
 
 
-@examples("gitstate pull", "gitstate pull --json")
+@examples("gitstate pull", "gitstate pull --json", "gitstate pull --threads")
 @click.command()
+@_threads_option
 @json_option
 @click.pass_obj
-def pull(obj: Ctx, as_json: bool) -> None:
-    """Fast-forward to the remote (never a merge; divergence is reported)."""
+def pull(obj: Ctx, as_json: bool, all_threads: bool, thread_ids: tuple[str, ...]) -> None:
+    """Fast-forward to the remote (never a merge; divergence is reported). LangGraph
+    threads come when asked, each checked before it is taken."""
     with obj.repo() as repo:
         result = repo.pull()
+        threads = _asked(all_threads, thread_ids)
+        if threads:
+            result.threads = repo.pull_threads(threads)
     emit(result, as_json, _sync_text)
 
 
@@ -145,16 +175,29 @@ def status(obj: Ctx, as_json: bool) -> None:
 @click.command()
 @click.argument("url")
 @click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
+@_threads_option
 @json_option
 @click.pass_obj
-def clone(obj: Ctx, url: str, directory: Path | None, as_json: bool) -> None:
-    """A new agent directory (DIRECTORY, else --agent-dir) from a remote state repository."""
+def clone(obj: Ctx, url: str, directory: Path | None, as_json: bool, all_threads: bool,
+          thread_ids: tuple[str, ...]) -> None:
+    """A new agent directory (DIRECTORY, else --agent-dir) from a remote state repository
+    (and its LangGraph threads, when asked)."""
     from ..repo import StateRepo
 
     target = directory or obj.agent_dir
     with StateRepo.clone(url, target) as repo:
-        data = {"url": url, "state_dir": str(repo.state_dir), "head": repo.head()}
-    emit(data, as_json, f"cloned {url} into {data['state_dir']} (main at {data['head'][:12]})")
+        data: dict[str, Any] = {"url": url, "state_dir": str(repo.state_dir),
+                                "head": repo.head()}
+        threads = _asked(all_threads, thread_ids)
+        if threads:
+            data["threads"] = repo.pull_threads(threads)["pulled"]
+
+    def text(d: dict[str, Any]) -> str:
+        out = f"cloned {d['url']} into {d['state_dir']} (main at {d['head'][:12]})"
+        return out + (f"\nthreads: {', '.join(d['threads']) or '(none)'}"
+                      if "threads" in d else "")
+
+    emit(data, as_json, text)
 
 
 @examples(

@@ -227,7 +227,8 @@ class TransportOps(RepoBase):
     def _receive(self, url: str, quarantine: Self, namespaces: tuple[str, ...],
                  known: Collection[str], clock: Clock, action: str) -> dict[str, str]:
         wanted = _namespaces_of(namespaces)
-        for prefix in (layout.BRANCH, layout.RUNS_PREFIX):  # what we have, to negotiate
+        for prefix in (layout.BRANCH, layout.RUNS_PREFIX,  # what we have, to negotiate
+                       layout.THREADS_PREFIX):
             for name, sha in (self.refs_under(prefix) if prefix.endswith("/") else
                               {"": self.ref(prefix) or ""}).items():
                 if sha:

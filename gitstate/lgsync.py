@@ -1,0 +1,158 @@
+"""LangGraph threads to and from main's remote: ``push`` / ``pull`` / ``clone`` carry a
+thread's refs when asked (``--thread ID``, or ``--threads`` for all), as run ledgers travel
+(gitstate/runsync.py), and resume on the other side (docs/langgraph.md, "Threads travel").
+
+A thread's ref only grows, so both ways are fast-forward only:
+
+* push sends each asked-for thread ref that moved since it was last seen on the remote
+  (``refs/remotes/origin/threads/...``, the lease), in one push; one the remote moved on
+  is reported, never overwritten. Pending writes still in a thread's journal (an
+  interrupted super-step) are not in a commit: ``GitCheckpointSaver.push`` commits them
+  first; push reports such threads under ``pending``.
+* pull fetches the remote's thread refs into a quarantine and checks every new commit of
+  each asked-for thread with the one rule of foreign commits (gitstate/lgcheck.py) before
+  any of it is used; one thread that fails refuses the whole pull of threads, and no object
+  of it enters the repository. A thread that diverged is reported and left as it is; one
+  behind the local ref is left for push.
+
+The server side (the pre-receive hook, ``sync.verify_push``) checks a pushed thread the
+same way and refuses a rewrite or a deletion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from . import layout, locking
+from .errors import Refused
+from .lgcheck import check_thread, parse_ref
+from .lgformat import PREFIX, digest
+from .lgjournal import Journal
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from .engine import WriteEngine
+    from .store import GitStore
+
+TRACKING = layout.THREADS_TRACKING_PREFIX
+
+
+Threads = Sequence[str] | bool  # the thread ids asked for, or True: all
+
+
+def _chosen(refs: dict[str, str], threads: Threads) -> dict[str, tuple[str, str]]:
+    """Full ref name -> (thread id, head) of the checkpoints refs of ``threads`` among
+    ``refs`` (names under PREFIX)."""
+    out = {}
+    for rest, head in refs.items():
+        where = parse_ref(PREFIX + rest)
+        if where is not None and (threads is True or (threads and where[0] in threads)):
+            out[PREFIX + rest] = (where[0], head)
+    return out
+
+
+def _lock(store: GitStore, thread_id: str) -> AbstractContextManager[int]:
+    return locking.exclusive(store.git_dir / layout.THREAD_LOCK_FILE.format(
+        digest=digest(thread_id)))
+
+
+def pending(store: GitStore, thread_id: str) -> bool:
+    """Whether the thread has pending writes not yet in a commit."""
+    return bool(Journal(store.git_dir / layout.THREAD_JOURNAL_FILE.format(
+        digest=digest(thread_id))).read())
+
+
+def push(store: GitStore, url: str, threads: Threads,
+         lock: Callable[[], AbstractContextManager[None]]) -> dict[str, Any]:
+    """Push the asked-for threads that moved since last seen: {pushed, refused, pending}."""
+    local = _chosen(store.refs_under(PREFIX), threads)
+    updates = {}
+    for ref, (_thread, head) in local.items():
+        seen = store.ref(TRACKING + ref[len(PREFIX):])
+        if seen != head:
+            updates[ref] = (seen, head)
+    refused = store.push_refs(url, updates) if updates else {}
+    pushed = []
+    with lock():
+        for ref, (seen, head) in updates.items():
+            if ref not in refused:
+                store.move_ref(TRACKING + ref[len(PREFIX):], seen, head)
+                pushed.append(local[ref][0])
+    return {"pushed": sorted(set(pushed)),
+            "refused": {local[ref][0]: why for ref, why in refused.items()},
+            "pending": sorted({t for t, _ in local.values() if pending(store, t)})}
+
+
+def pull(store: GitStore, url: str, threads: Threads,
+         lock: Callable[[], AbstractContextManager[None]]) -> dict[str, Any]:
+    """Fast-forward the asked-for threads the remote has further: {pulled, diverged,
+    ahead}; Refused (``remote.thread_invalid``) when one does not pass the rule."""
+    out: dict[str, Any] = {"pulled": [], "diverged": [], "ahead": []}
+    known = {PREFIX + rest for rest in store.refs_under(PREFIX)}
+    with store.incoming(url, ("threads",), known=known, action="pull") as got:
+        remote = _chosen({n[len(PREFIX):]: h for n, h in got.refs.items()}, threads)
+        with lock():
+            accepted, bad = {}, {}
+            for ref, (thread, head) in sorted(remote.items()):
+                mine = store.ref(ref)
+                if mine == head:
+                    continue
+                if mine is not None and got.store.is_ancestor(head, mine):
+                    out["ahead"].append(thread)
+                    continue
+                if mine is not None and not got.store.is_ancestor(mine, head):
+                    out["diverged"].append(thread)
+                    continue
+                problems = check_thread(got.store, ref, mine, head)
+                if problems:
+                    bad[thread] = str(problems[0])
+                else:
+                    accepted[ref] = (thread, mine, head)
+            if bad:
+                raise Refused("the remote's threads do not pass the rule of foreign commits, "
+                              "so none was taken: " + "; ".join(
+                                  f"{t}: {why}" for t, why in sorted(bad.items())[:5]),
+                              rule="remote.thread_invalid", threads=sorted(bad))
+            if accepted:
+                got.take()
+            for ref, (thread, mine, head) in accepted.items():
+                with _lock(store, thread):
+                    if store.ref(ref) != mine:
+                        out["diverged"].append(thread)  # a checkpoint was written meanwhile
+                        continue
+                    store.move_ref(ref, mine, head)
+                tracking = TRACKING + ref[len(PREFIX):]
+                store.move_ref(tracking, store.ref(tracking), head)
+                out["pulled"].append(thread)
+    for key in out:
+        out[key] = sorted(set(out[key]))
+    return out
+
+
+def verify_pushed(store: GitStore, ref: str, old: str | None, new: str | None) -> list[str]:
+    """The pre-receive check of one thread ref update: no deletion, no rewrite, every new
+    commit re-derived (gitstate/lgcheck.py)."""
+    if parse_ref(ref) is None:
+        return [f"{ref[:200]!r}: [remote.ref_name] not a thread ref the saver writes "
+                "(refs/gitstate/threads/<thread>/<ns>/checkpoints)"]
+    if new is None:
+        return [f"deleting {ref} is refused: a thread's history is kept"]
+    return [f"{ref}: {p}" for p in check_thread(store, ref, old, new)]
+
+
+class ThreadTravel:
+    """Mixed into StateRepo: its LangGraph threads to and from main's remote (``push`` /
+    ``pull`` carry main, runs and journals; these carry the threads asked for, ids or True
+    for all). Each returns what moved, as push and pull report runs."""
+
+    store: GitStore
+    remote: Any  # sync.Remote (sync imports this module: no import back)
+    engine: WriteEngine
+
+    def push_threads(self, threads: Threads = True) -> dict[str, Any]:
+        return push(self.store, self.remote.url(), threads, self.engine.locked)
+
+    def pull_threads(self, threads: Threads = True) -> dict[str, Any]:
+        return pull(self.store, self.remote.url(), threads, self.engine.locked)

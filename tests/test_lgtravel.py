@@ -1,0 +1,267 @@
+"""LangGraph threads travel (gitstate/lgsync.py, gitstate/lgcheck.py): push, pull and clone
+carry a thread when asked; a graph interrupted in one clone resumes with
+``Command(resume=...)`` in another; every commit of a thread from elsewhere is re-derived
+(the saver's own messages and structure, never LangGraph's serde) on pull and by the
+pre-receive hook, and a thread commit forged with dulwich is refused by both."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph.checkpoint.base")
+
+from dulwich.objects import Blob, Commit, Tree
+from dulwich.repo import Repo
+from langgraph.types import Command
+
+from gitstate.errors import Refused
+from gitstate.langgraph import GitCheckpointSaver, enc
+from gitstate.lgcheck import check_thread
+from gitstate.repo import StateRepo
+from tests.helpers import GIT, assert_fsck_clean, git, install_pre_receive
+from tests.lg_graph import build
+
+pytestmark = pytest.mark.skipif(GIT is None, reason="needs the git CLI for the server")
+THREAD = "refund O-104"
+REF = f"refs/gitstate/threads/{enc(THREAD)}/%/checkpoints"
+CONF: Any = {"configurable": {"thread_id": THREAD}}
+
+
+def _bare(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([GIT or "git", "init", "-q", "--bare", "-b", "main", str(path)], check=True)
+    return path
+
+
+def _interrupted(tmp_path: Path) -> tuple[Path, Path]:
+    """Clone A with the refund graph interrupted for a human, its thread pushed."""
+    bare = _bare(tmp_path / "srv" / "remote.git")
+    a = tmp_path / "a"
+    with GitCheckpointSaver(a) as saver:
+        out = build(saver).invoke({"order": "O-104", "log": []}, CONF)
+        assert "__interrupt__" in out
+        saver.repo.store.set_remote_url(str(bare))
+        saver.repo.push()
+        pushed = saver.push([THREAD])
+        assert pushed["pushed"] == [THREAD] and pushed["pending"] == []
+    return bare, a
+
+
+def test_a_thread_interrupted_in_one_clone_resumes_in_another(tmp_path: Path) -> None:
+    bare, a = _interrupted(tmp_path)
+    b = tmp_path / "b"
+    StateRepo.clone(str(bare), b, ).close()
+    with StateRepo(b) as repo:
+        assert repo.pull_threads([THREAD])["pulled"] == [THREAD]
+        assert repo.pull_threads([THREAD])["pulled"] == []  # nothing new
+    with GitCheckpointSaver(b) as saver:
+        out = build(saver).invoke(Command(resume="approve"), CONF)
+        assert out["log"] == ["looked up", "human: approve", "paid"]
+        saver.repo.push()
+        assert saver.push([THREAD])["pushed"] == [THREAD]
+    with StateRepo(a) as repo:  # and back: A sees the thread finished on B
+        assert repo.pull_threads(True)["pulled"] == [THREAD]
+    with GitCheckpointSaver(a) as saver:
+        latest = saver.get_tuple(CONF)
+        assert latest is not None
+        assert latest.checkpoint["channel_values"]["log"] == ["looked up", "human: approve",
+                                                              "paid"]
+    assert_fsck_clean(b / "state")
+
+
+def test_cli_push_pull_and_clone_carry_threads_when_asked(tmp_path: Path) -> None:
+    from tests.helpers import run_cli
+
+    bare, _a = _interrupted(tmp_path)
+    plain, asked = tmp_path / "plain", tmp_path / "asked"
+    assert run_cli("clone", str(bare), str(plain)).returncode == 0
+    assert git(plain / "state", "for-each-ref", "refs/gitstate/threads/").stdout == ""
+    out = run_cli("clone", str(bare), str(asked), "--thread", THREAD)
+    assert out.returncode == 0 and f"threads: {THREAD}" in out.stdout, out.stderr
+    assert git(asked / "state", "rev-parse", REF).stdout.strip() == \
+        git(bare, "rev-parse", REF).stdout.strip()
+    pulled = run_cli("pull", "--threads", agent_dir=plain)
+    assert pulled.returncode == 0 and f"threads pulled: {THREAD}" in pulled.stdout
+    again = run_cli("push", "--thread", THREAD, "--json", agent_dir=plain)
+    assert again.returncode == 0 and '"pushed": []' in again.stdout
+
+
+def test_every_commit_the_saver_makes_passes_the_thread_rule(tmp_path: Path) -> None:
+    """A graph's checkpoints with pending writes folded before their checkpoint, a fork,
+    a pending-writes commit, and both tombstones re-derive."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    with GitCheckpointSaver(tmp_path / "a") as saver:
+        app = build(saver)
+        app.invoke({"order": "O-1", "log": []}, CONF)
+        app.invoke(Command(resume="deny"), CONF)
+        history = list(saver.list(CONF))
+        app.update_state(history[2].config, {"log": ["forked"]})  # a fork
+        parent = saver.get_tuple(CONF)
+        assert parent is not None
+        for run in ("r1", "r2"):
+            cp = empty_checkpoint()
+            stored = saver.put(parent.config, cp, {"source": "loop", "step": 9,
+                                                   "run_id": run}, {})
+            parent = saver.get_tuple(stored)
+            assert parent is not None
+        saver.put_writes(parent.config, [("log", ["w"])], "task-1")
+        saver.commit_pending_writes(THREAD)
+        saver.delete_for_runs(["r2"])
+        saver.prune([THREAD], keep=2)
+        head = saver.store.ref(REF)
+        assert head is not None
+        assert check_thread(saver.store, REF, None, head) == []
+        kinds = {info.message.split()[0] for info in saver.store.walk(head)}
+        assert {b"checkpoint", b"pending", b"delete", b"prune:"} <= kinds
+
+
+# -- forged thread commits -----------------------------------------------------------------
+
+def _forge(bare: Path, change: Callable[[Repo, Tree, bytes], tuple[Tree, bytes]]) -> str:
+    """A commit on the thread's ref of ``bare``, made with dulwich: the head's tree and
+    message, changed by ``change``."""
+    repo = Repo(str(bare))
+    head = repo.refs[REF.encode()]
+    parent = repo[head]
+    assert isinstance(parent, Commit)
+    old = repo[parent.tree]
+    assert isinstance(old, Tree)
+    tree = Tree()
+    for item in old.items():
+        tree.add(item.path, item.mode, item.sha)
+    tree, message = change(repo, tree, parent.message)
+    repo.object_store.add_object(tree)
+    commit = Commit()
+    commit.tree, commit.parents, commit.message = tree.id, [head], message
+    commit.author = commit.committer = parent.author
+    commit.author_time = commit.commit_time = int(time.time())
+    commit.author_timezone = commit.commit_timezone = 0
+    repo.object_store.add_object(commit)
+    repo.refs[REF.encode()] = commit.id
+    repo.close()
+    return commit.id.decode()
+
+
+def _blob(repo: Repo, tree: Tree, name: bytes, data: bytes) -> None:
+    blob = Blob.from_string(data)
+    repo.object_store.add_object(blob)
+    tree.add(name, 0o100644, blob.id)
+
+
+def _rewrite_log(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
+    """The human's answer planted as the thread's log, under the head's own message (its
+    checkpoint id again)."""
+    _blob(repo, tree, b"channel.log", b"json\0" + b'["looked up", "human: approve", "paid"]')
+    return tree, message
+
+
+def _fresh(tree: Tree, message: bytes) -> tuple[Tree, bytes]:
+    """The message the saver would write for a next checkpoint (a new id, no pending
+    writes): whatever else the forgery changed is all that is wrong."""
+    from gitstate.lgformat import checkpoint_head, checkpoint_message, parse_trailers
+
+    head = json.loads(parse_trailers(message)["Checkpoint"])
+    new = "1f1ef2ff-ffff-6fff-8fff-ffffffffffff"
+    if b"pending-writes" in tree:
+        del tree[b"pending-writes"]
+    return tree, checkpoint_message(checkpoint_head(new, head, "loop", 2, None),
+                                    max(new, head), [])
+
+
+def _pickle(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
+    _blob(repo, tree, b"channel.order", b"pickle\0\x80\x04K\x01.")
+    return _fresh(tree, message)
+
+
+def _secret(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
+    _blob(repo, tree, b"channel.note", b"json\0\"ghp_" + b"a1B2c3D4" * 5 + b"\"")
+    return _fresh(tree, message)
+
+
+def _stray(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
+    _blob(repo, tree, b"run.sh", b"#!/bin/sh\n")
+    return _fresh(tree, message)
+
+
+def _latest(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
+    """A next checkpoint claiming an older id as the newest (Gitstate-Latest)."""
+    tree, fresh = _fresh(tree, message)
+    return tree, fresh.replace(b'Latest: "1f1ef2ff', b'Latest: "0f1ef2ff')
+
+
+def _honest(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
+    """The control: a next checkpoint as the saver writes it passes."""
+    return _fresh(tree, message)
+
+
+@pytest.mark.parametrize("forgery,rule", [(_rewrite_log, "thread.id_reused"),
+                                          (_pickle, "thread.value"),
+                                          (_secret, "secret."),
+                                          (_stray, "tree.unknown_name"),
+                                          (_latest, "thread.rederive")])
+def test_a_forged_thread_commit_is_refused_on_pull_and_by_the_hook(
+        tmp_path: Path, forgery: Callable[[Repo, Tree, bytes], tuple[Tree, bytes]],
+        rule: str) -> None:
+    bare, _a = _interrupted(tmp_path)
+    b = tmp_path / "b"
+    StateRepo.clone(str(bare), b).close()
+    guarded = tmp_path / "srv" / "guarded.git"
+    subprocess.run([GIT or "git", "clone", "-q", "--bare", str(bare), str(guarded)],
+                   check=True)
+    install_pre_receive(guarded, tmp_path)
+    honest = git(bare, "rev-parse", REF).stdout.strip()
+    sent = subprocess.run([GIT or "git", "-C", str(bare), "push", str(guarded),
+                           f"{REF}:{REF}"], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert sent.returncode == 0, sent.stderr  # the honest thread passes the hook
+    forged = _forge(bare, forgery)
+    with StateRepo(b) as repo, pytest.raises(Refused) as refused:
+        repo.pull_threads([THREAD])
+    assert refused.value.rule == "remote.thread_invalid"
+    assert rule in refused.value.message and forged[:12] in refused.value.message
+    assert git(b / "state", "for-each-ref", "refs/gitstate/threads/").stdout == ""
+    assert git(b / "state", "cat-file", "-e", forged).returncode != 0  # nothing taken
+    pushed = subprocess.run([GIT or "git", "-C", str(bare), "push", str(guarded),
+                             f"{REF}:{REF}"], capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert pushed.returncode != 0 and rule in pushed.stderr, pushed.stderr
+    assert git(guarded, "rev-parse", REF).stdout.strip() == honest
+
+
+def test_a_commit_made_elsewhere_as_the_saver_makes_it_is_taken(tmp_path: Path) -> None:
+    bare, _a = _interrupted(tmp_path)
+    b = tmp_path / "b"
+    StateRepo.clone(str(bare), b).close()
+    made = _forge(bare, _honest)
+    with StateRepo(b) as repo:
+        assert repo.pull_threads([THREAD])["pulled"] == [THREAD]
+    assert git(b / "state", "rev-parse", REF).stdout.strip() == made
+
+
+def test_the_hook_refuses_deleting_or_rewriting_a_thread(tmp_path: Path) -> None:
+    bare, _a = _interrupted(tmp_path)
+    guarded = tmp_path / "srv" / "guarded.git"
+    subprocess.run([GIT or "git", "clone", "-q", "--bare", str(bare), str(guarded)],
+                   check=True)
+    install_pre_receive(guarded, tmp_path)
+    sent = subprocess.run([GIT or "git", "-C", str(bare), "push", str(guarded),
+                           f"{REF}:{REF}"], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert sent.returncode == 0, sent.stderr
+    deleted = subprocess.run([GIT or "git", "-C", str(bare), "push", str(guarded),
+                              f":{REF}"], capture_output=True, text=True, timeout=120,
+                             check=False)
+    assert deleted.returncode != 0 and "history is kept" in deleted.stderr
+    first = git(bare, "rev-list", "--reverse", REF).stdout.split()[0]
+    rewound = subprocess.run([GIT or "git", "-C", str(bare), "push", "--force",
+                              str(guarded), f"{first}:{REF}"], capture_output=True,
+                             text=True, timeout=120, check=False)
+    assert rewound.returncode != 0 and "history.not_descendant" in rewound.stderr
