@@ -79,6 +79,17 @@ def paused_write(agent_dir: str, namespace: str) -> None:
         print(ref, repo.store.ref(ref) if ref else "", flush=True)
 
 
+def pusher(agent_dir: str, rounds: int) -> None:
+    """A long-lived pusher: per round a set on main and an event on run r1, then a push;
+    prints the round once the push returned."""
+    with StateRepo(agent_dir, actor="pusher") as repo:
+        for i in range(rounds):
+            repo.set("k", i, f"round {i}")
+            repo.runs.event("r1", {"type": "question_opened", "question": f"q{i}"}, "ask")
+            repo.push()
+            print(i, flush=True)
+
+
 def load_writer(agent_dir: str, seconds: float, worker: str) -> None:
     """CAS increments of ``counter`` until the deadline; prints successes and retries."""
     import time
@@ -188,6 +199,8 @@ if __name__ == "__main__":
         fault_write(args[0], args[1])
     elif name == "paused_write":
         paused_write(args[0], args[1])
+    elif name == "pusher":
+        pusher(args[0], int(args[1]))
     elif name == "load_writer":
         load_writer(args[0], float(args[1]), args[2])
     elif name == "gc_loop":

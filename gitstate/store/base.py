@@ -22,12 +22,12 @@ from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
-from .. import layout, locking, safefile
+from .. import layout, locking
 from ..errors import NotInitialized, StoreError
 from ..layout import INCOMING_PREFIX, LOCK_FILE, WRITING_FILE
 from . import packwrite, rawobj, recovery
 from .durability import Flush, flush_for
-from .fs import holds_data
+from .fs import exclude_projection, holds_data
 from .objheader import HeaderError, Headers, read_strict
 
 BRANCH = Ref(layout.BRANCH.encode())
@@ -186,11 +186,11 @@ class RepoBase:
                         "init` again") from None
                 shutil.rmtree(git_dir)  # an interrupted create: nothing in it to lose
             else:
-                _exclude_projection(store.git_dir)
+                exclude_projection(store.git_dir)
                 return store
         Repo.init(str(path), default_branch=b"main").close()
         store = cls(path)
-        _exclude_projection(store.git_dir)
+        exclude_projection(store.git_dir)
         return store
 
     def close(self) -> None:
@@ -327,7 +327,7 @@ class RepoBase:
             try:
                 return self.headers().size(sha)[1]
             except KeyError as exc:
-                self.close_headers()  # a pack written since: list them again
+                self.refresh_objects()  # a pack written since: list them again
                 if attempt:
                     raise StoreError(f"object {sha} is missing from the object store",
                                      rule="store.missing_object") from exc
@@ -373,16 +373,22 @@ class RepoBase:
             yield info
             current = info.parents[0] if info.parents else None
 
+    def refresh_objects(self) -> None:
+        """List the pack directory again: a long-lived process outlives packs, misses new ones."""
+        self.close_headers()
+        self.repo.object_store.packs  # noqa: B018  # lists the directory: adds, drops
+
     def _get(self, sha: ObjectID) -> ShaFile:
         """Read an object. dulwich looks in packs, then loose: a concurrent repack can move
-        a loose object into a new pack between the two looks, so a miss is retried (the
-        retry rescans the pack directory), as git's own readers do."""
+        a loose object into a new pack between the two looks, and another process may have
+        added a pack since, so a miss lists the pack directory again and retries, as git does."""
         if self.strict:
             return self._get_strict(sha)
         for attempt in range(3):
             try:
                 return self.repo.object_store[sha]
             except KeyError:
+                self.refresh_objects()
                 time.sleep(0.005 * attempt)
         return self.repo.object_store[sha]
 
@@ -485,15 +491,3 @@ class RepoBase:
             finally:
                 os.close(fd)
 
-
-def _exclude_projection(git_dir: Path) -> None:
-    exclude = git_dir / layout.EXCLUDE_FILE
-    exclude.parent.mkdir(exist_ok=True)
-    lines = "/working_state_history.jsonl\n/.*.tmp\n"
-    try:  # a link in its place is read as empty and replaced by a file of its own
-        old = safefile.read_regular(exclude, 1 << 20)
-    except OSError:
-        old = b""
-    if safefile.kind(exclude) != "file" or lines.encode() not in old:
-        old += b"\n" if old and not old.endswith(b"\n") else b""
-        safefile.write_atomic(exclude, old + f"# gitstate: never committed\n{lines}".encode())

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import safefile
 from ..errors import disk_full
-from ..layout import TREE_FILES
+from ..layout import EXCLUDE_FILE, TREE_FILES
 
 
 def git_blob_id(data: bytes) -> str:
@@ -186,3 +186,16 @@ def _open_spare(spare: Path | str) -> tuple[int, int] | None:
     except OSError:
         return None
 
+
+def exclude_projection(git_dir: Path) -> None:
+    """Keep the projection and our temporary files out of git status (info/exclude)."""
+    exclude = git_dir / EXCLUDE_FILE
+    exclude.parent.mkdir(exist_ok=True)
+    lines = "/working_state_history.jsonl\n/.*.tmp\n"
+    try:  # a link in its place is read as empty and replaced by a file of its own
+        old = safefile.read_regular(exclude, 1 << 20)
+    except OSError:
+        old = b""
+    if safefile.kind(exclude) != "file" or lines.encode() not in old:
+        old += b"\n" if old and not old.endswith(b"\n") else b""
+        safefile.write_atomic(exclude, old + f"# gitstate: never committed\n{lines}".encode())

@@ -157,11 +157,17 @@ class Headers:
                 return self._loose_header(fd)[:2]
             finally:
                 os.close(fd)
-        found = self._find_packed(bytes.fromhex(hexsha))
-        if found is None:
-            raise KeyError(hexsha)
-        pack, offset = found
-        return self._packed_size(pack, offset)
+        binsha = bytes.fromhex(hexsha)
+        for _attempt in range(3):
+            found = self._find_packed(binsha)
+            if found is None:
+                raise KeyError(hexsha)
+            pack, offset = found
+            try:
+                return self._packed_size(pack, offset)
+            except FileNotFoundError:  # folded or repacked away since its index was mapped:
+                self._forget(pack[:-5] + ".idx")  # the object is in a newer pack now
+        raise KeyError(hexsha)
 
     def _loose_header(self, fd: int) -> tuple[int, int, Any, bytes]:
         """(type, size, the inflater, the body bytes it already produced) of a loose
@@ -232,6 +238,12 @@ class Headers:
             if not self._refresh():
                 return None
         return None
+
+    def _forget(self, idx_path: str) -> None:
+        """Drop a mapped index whose pack is gone (a long-lived process outlives packs)."""
+        entry = self._indexes.pop(idx_path, None)
+        if entry is not None:
+            entry[0].close()
 
     def _refresh(self) -> bool:
         """Map the indexes not mapped yet; whether any was new."""
