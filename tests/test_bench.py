@@ -122,3 +122,13 @@ def test_mcp_rss_bench_quick() -> None:
     """mcp_rss.py --quick drives the stdio server through 200 sets and prints its RSS."""
     text = _run("mcp_rss.py")
     assert "RSS MiB" in text and "\n     200" in text
+
+
+def test_mixed_load_quick() -> None:
+    """mixed_load.py --quick: every worker beside forced maintenance for a few seconds; no
+    acknowledged update lost, fsck --strict clean, verify ok (the script exits 1 otherwise)."""
+    text = _run("mixed_load.py")
+    assert "lost updates: 0" in text and "git fsck --strict: clean" in text
+    assert "gitstate verify: ok" in text
+    ops = {line.split()[0] for line in text.splitlines()[2:] if line[:1].isalpha()}
+    assert {"mcp_set", "run_event", "section"} <= ops, text
