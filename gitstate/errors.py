@@ -144,6 +144,23 @@ def disk_full(what: str, again: str = DISK_FULL_HINT) -> StoreError:
                       rule="store.disk_full")
 
 
+class DiskFullAs:
+    """``with DiskFullAs(what):`` an ENOSPC raised inside becomes :func:`disk_full` of
+    ``what`` (for writers whose steps are many: a run's event, a thread's checkpoint)."""
+
+    def __init__(self, what: str, again: str = DISK_FULL_HINT) -> None:
+        self.what, self.again = what, again
+
+    def __enter__(self) -> DiskFullAs:
+        return self
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        import errno
+
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            raise disk_full(self.what, self.again) from exc
+
+
 class HistoryRewritten(StoreError):
     """HEAD no longer descends from a commit gitstate already recorded."""
 

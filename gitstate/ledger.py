@@ -17,12 +17,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import locking, runs
-from .errors import InvalidInput, StoreError, did_you_mean
+from .errors import DiskFullAs, InvalidInput, StoreError, did_you_mean
 from .layout import RUN_CACHE_DIR, RUN_LOCK_FILE
 from .model import format_time
 from .records import NextAction, RunGoal, RunSummary
@@ -66,8 +67,14 @@ class Ledger:
     def _ref(self, run_id: str) -> str:
         return PREFIX + runs.check_run_id(run_id)
 
-    def _lock(self, run_id: str) -> Any:
-        return locking.exclusive(self.store.git_dir / RUN_LOCK_FILE.format(run=run_id))
+    @contextlib.contextmanager
+    def _lock(self, run_id: str) -> Iterator[None]:
+        """The run's kernel lock; a full disk met under it is ``store.disk_full`` (the
+        run's ref moves last: nothing was written)."""
+        with DiskFullAs(f"the event of run {run_id} could not be written; the run is as it "
+                        "was"), locking.exclusive(self.store.git_dir /
+                                                  RUN_LOCK_FILE.format(run=run_id)):
+            yield
 
     def _now(self) -> datetime:
         return self.clock().astimezone(UTC).replace(microsecond=0)

@@ -23,7 +23,6 @@ push and pull, which only fast-forward it.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -31,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from . import locking
-from .errors import ThreadSuperseded, disk_full
+from .errors import DiskFullAs, ThreadSuperseded
 from .model import format_time
 
 RECORD_MAX = 512
@@ -45,17 +44,11 @@ def owner_id() -> str:
     return f"{host}:{os.getpid()}:{os.urandom(8).hex()}"
 
 
-@contextlib.contextmanager
-def _disk_full(thread_id: str) -> Iterator[None]:
+def _disk_full(thread_id: str) -> DiskFullAs:
     """A full disk met under a thread's lock is ``store.disk_full`` with its hint, as for
     every writer (nothing moved: a thread's ref moves last)."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno == errno.ENOSPC:
-            raise disk_full(f"the write of thread {thread_id[:100]!r} could not be made; "
-                            "the thread is as it was") from exc
-        raise
+    return DiskFullAs(f"the write of thread {thread_id[:100]!r} could not be made; the "
+                      "thread is as it was")
 
 
 def _read(fd: int) -> dict[str, object] | None:

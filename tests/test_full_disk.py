@@ -204,3 +204,22 @@ def test_a_report_on_a_full_disk_leaves_no_temporary(agent: Path, image: Path) -
     assert out.returncode == 0, out.stderr
     assert not unfinished.exists()
     assert (site / "index.html").is_file()
+
+
+def test_a_run_event_on_a_full_disk_is_store_disk_full(agent: Path, image: Path) -> None:
+    """A run's event on a full disk: store.disk_full with the hint, the run as it was, no
+    temporary left; the same event once there is room is written."""
+    event = {"type": "tool_result_recorded", "tool_call_id": "c1", "evidence_ref": "e:1",
+             "observed_at": "2026-12-01T00:00:00Z"}
+    with StateRepo(agent) as repo:
+        repo.runs.start("r1", description="a run on a full disk", criteria=["none"],
+                        reason="start")
+        head = repo.store.ref("refs/heads/runs/r1")
+        with _full(image):
+            with pytest.raises(StoreError) as exc:
+                repo.runs.event("r1", event, "the event that finds no room")
+            assert exc.value.rule == "store.disk_full" and HINT in exc.value.message
+            assert repo.store.ref("refs/heads/runs/r1") == head
+            assert not _temporaries(agent), _temporaries(agent)
+        repo.runs.event("r1", event, "the event once there is room")
+    assert not _verify_failures(agent)
