@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -97,6 +98,11 @@ from .lgstore import GitStateStore as GitStateStore  # the Store, re-exported he
 __all__ = ["ARCHIVE", "PREFIX", "GitCheckpointSaver", "GitStateStore", "dec", "enc",
            "parse_trailers", "trailer_json"]
 GC_EVERY_BYTES = 1 << 20  # packs written since the last repack that start maintenance
+
+
+def _small(metadata: Any) -> Any:
+    """The metadata kept in the index (for list's filters): plain and short, else None."""
+    return metadata if len(json.dumps(metadata)) <= 256 else None
 
 
 class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
@@ -268,7 +274,7 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
             if raw:
                 journal.clear(ns)
             self.index.added(ref, thread_id, ns, head, new, [Entry(
-                cid, new, parent, run_id, json_or_none(meta), tuple(writes_for), LAYOUT)])
+                cid, new, parent, run_id, _small(json_or_none(meta)), tuple(writes_for), LAYOUT)])
         self._maintain()
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
                                  "checkpoint_id": checkpoint["id"]}}

@@ -9,11 +9,12 @@ writer's put that crashed before appending here, a git command, a tombstone) rea
 ref's history again and records it. A missing or damaged file is rebuilt the same way.
 
 ``.git/gitstate-threads.idx`` holds JSON lines, each appended in one write (O_APPEND, so
-writers of several processes never interleave within a line): ``{"ref", "thread", "ns",
-"base", "head", "add": [...]}`` adds checkpoints to a ref whose head was ``base``;
+writers of several processes never interleave within a line): ``{"ref", "base", "head",
+"add": [...]}`` adds checkpoints (of commit ``head``) to a ref whose head began with
+``base``;
 ``"reset"`` in place of ``base`` and ``add`` replaces the ref's entries; a null ``head``
 drops the ref. Lines are never flushed: after a crash the check against the refs decides.
-When the file holds four times the lines and entries its refs need, it is rewritten whole.
+When it holds more than two lines a ref (and 64), it is rewritten whole, a line a ref.
 """
 
 from __future__ import annotations
@@ -79,18 +80,17 @@ class CheckpointIndex:
         self._offset = 0
         self._inode: tuple[int, int] | None = None
         self._lines = 0
-        self._rows = 0  # entries written in the file's lines (live or superseded)
 
     def refresh(self) -> None:
         """Apply what other writers appended since the last look."""
         try:
             info = os.stat(self.path)
         except FileNotFoundError:
-            self.refs, self._offset, self._inode, self._lines, self._rows = {}, 0, None, 0, 0
+            self.refs, self._offset, self._inode, self._lines = {}, 0, None, 0
             return
         inode = (info.st_dev, info.st_ino)
         if inode != self._inode or info.st_size < self._offset:
-            self.refs, self._offset, self._inode, self._lines, self._rows = {}, 0, inode, 0, 0
+            self.refs, self._offset, self._inode, self._lines = {}, 0, inode, 0
         if info.st_size == self._offset:
             return
         try:
@@ -113,17 +113,17 @@ class CheckpointIndex:
             if rec["head"] is None:
                 self.refs.pop(name, None)
                 return
-            entries = [Entry.from_row(r) for r in rec.get("add", rec.get("reset", []))]
-            self._rows += len(entries)
+            entries = [Entry.from_row(r) for r in rec["reset"]] if "reset" in rec else [
+                Entry.from_row([r[0], rec["head"], *r[1:]]) for r in rec["add"]]
             if "reset" in rec:
                 fresh = RefEntries(rec["thread"], rec["ns"], rec["head"])
                 fresh.add(entries)
                 self.refs[name] = fresh
                 return
             known = self.refs.get(name)
-            if known is None or known.head != rec["base"]:
+            if known is None or (known.head or "")[:12] != (rec["base"] or ""):
                 # not the head this line extends: unknown until read from git again
-                stale = self.refs.setdefault(name, RefEntries(rec["thread"], rec["ns"], None))
+                stale = self.refs.setdefault(name, RefEntries("", "", None))
                 stale.head = "?"
                 return
             known.add(entries)
@@ -134,8 +134,10 @@ class CheckpointIndex:
     def added(self, name: str, thread: str, ns: str, base: str | None, head: str,
               entries: list[Entry]) -> None:
         """A writer's new commit on ``name`` (from ``base``)."""
-        self._write({"ref": name, "thread": thread, "ns": ns, "base": base, "head": head,
-                     "add": [e.row() for e in entries]})
+        # the entries' commit is the new head; the base is named by a prefix (a reader
+        # compares it with the head it knows, and every head with the ref itself)
+        self._write({"ref": name, "base": base[:12] if base else None, "head": head,
+                     "add": [[e.row()[0], *e.row()[2:]] for e in entries]})
 
     def reset(self, name: str, thread: str, ns: str, head: str | None,
               entries: list[Entry]) -> None:
@@ -151,8 +153,7 @@ class CheckpointIndex:
         with contextlib.suppress(OSError):  # a cache: the refs are checked on every read
             safefile.append(self.path, line, repair=True)
         self.refresh()
-        live = sum(len(r.entries) for r in self.refs.values())
-        if self._lines + self._rows > 4 * (len(self.refs) + live) + 256:
+        if self._lines > 2 * len(self.refs) + 64:
             self._compact()
 
     def _compact(self) -> None:
