@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import locking, runs
+from .clockbase import reading_of
 from .errors import DiskFullAs, InvalidInput, StoreError, did_you_mean
 from .layout import RUN_CACHE_DIR, RUN_LOCK_FILE
 from .model import format_time
@@ -77,16 +78,19 @@ class Ledger:
             yield
 
     def _now(self) -> datetime:
-        return self.clock().astimezone(UTC).replace(microsecond=0)
+        return reading_of(self.clock).time
 
-    def _dated(self, *commits: str | None) -> datetime:
-        now = self._now()
+    def _dated(self, *commits: str | None) -> tuple[datetime, datetime]:
+        """The clock model's time, no earlier than these commits', and the raw wall reading
+        (gitstate/clockbase.py)."""
+        reading = reading_of(self.clock)
+        now = reading.time
         for commit in commits:
             if commit is not None:
                 with contextlib.suppress(KeyError, StoreError):
                     now = max(now, datetime.fromtimestamp(self.store.commit_times(commit)[1],
                                                           UTC))
-        return now
+        return now, reading.wall
 
     def _unknown(self, run_id: str) -> runs.RunRefused:
         """A run id with no ref: refused, naming the nearest run there is."""
@@ -125,7 +129,7 @@ class Ledger:
         reason = check_reason(reason)
         if request_id is not None:
             check_request_id(request_id)
-        now = self._now()
+        now, wall = self._dated()
         run, event = runs.goal(run_id, description=description, criteria=list(criteria),
                                constraints=list(constraints or []), risk=risk,
                                owner=owner or self.actor, now=now, budget=budget or {})
@@ -136,7 +140,7 @@ class Ledger:
                     return earlier
                 raise runs.RunRefused(f"run {run_id!r} exists already", rule="run.exists")
             view = self._commit(run_id, None, run, event, reason, self.writer,
-                                request_id, now)
+                                request_id, now, wall)
         self._fold()
         return view
 
@@ -162,7 +166,7 @@ class Ledger:
                 event = {**event, "main_commit": event.get("main_commit", main)}
             # an event is dated no earlier than its parent nor than the main commit it cites
             # (a clock that stepped back), as main's own commits are
-            now = self._dated(view.head, main if linked else None)
+            now, wall = self._dated(view.head, main if linked else None)
             try:
                 decisions = Links(self.store, main).decisions(event, now) if linked else None
                 run = runs.apply_event({"format": runs.FORMAT, "goal": view.goal.to_dict(),
@@ -172,7 +176,7 @@ class Ledger:
                 self._journal(run_id, event, who, reason, request_id, exc)
                 raise
             view = self._commit(run_id, view.head, run, runs.validate_event(event), reason,
-                                who, request_id, now)
+                                who, request_id, now, wall)
         self._fold()
         return view
 
@@ -195,7 +199,8 @@ class Ledger:
 
     def _commit(self, run_id: str, base: str | None, run: dict[str, Any],
                 event: dict[str, Any], reason: str, writer: str, request_id: str | None,
-                now: datetime) -> RunView:
+                now: datetime, wall: datetime | None = None) -> RunView:
+        """``wall``: the raw reading, kept in ``Gitstate-Clock`` when it is not ``now``."""
         from . import runrender
         from .engine import identity
 
@@ -206,7 +211,9 @@ class Ledger:
             raise
         data = encode_run(run)
         commit = self.store.commit(base, {RUN_FILE: data},
-                                   message(reason, run_id, event, writer, request_id, self.session),
+                                   message(reason, run_id, event, writer, request_id, self.session,
+                                           format_time(wall) if wall not in (None, now)
+                                           else None),
                                    identity(self.config), int(now.timestamp()),
                                    ref=self._ref(run_id))
         if commit is None:  # the ref moved outside our lock: another tool writes it

@@ -49,7 +49,8 @@ class RunMethods:
             schema = self.reader.schema_at(head)
             return dict(schema.run_writers) if schema else {}, head
 
-        return Ledger(self.store, self.config, self.now, writer=self.writer, actor=self.actor,
+        return Ledger(self.store, self.config, self.engine.clock, writer=self.writer,
+                      actor=self.actor,
                       policy=policy, session=self._session)
 
     def promote(self, run_id: str, key: str, value: Value, reason: str, *, evidence: str,

@@ -153,8 +153,11 @@ def replay_problems(store: GitStore, run_id: str, head: str,
                 problems.append(f"{info.id[:12]}: run.json differs from the replay of "
                                 "its events")
                 break
+            wall = fields.get("Clock")
+            if wall is not None:
+                _check_clock(wall, commit_time)
             wanted = message(reason, run_id, event, fields["Writer"], request,
-                             fields.get("Process", ""))
+                             fields.get("Process", ""), wall)
             if foreign and fields["Writer"] in ("human", "runtime"):
                 claim = claim_problem(store, info.id, (fields["Writer"],), trust or Trust())
                 if claim is not None:
@@ -170,6 +173,21 @@ def replay_problems(store: GitStore, run_id: str, head: str,
         problems.append(f"{run_id}: " + (f"[{rule}] " if rule else "")
                         + f"{getattr(exc, 'message', None) or exc}")
     return problems
+
+
+def _check_clock(wall: str, commit_time: int) -> None:
+    """Gitstate-Clock as main's (rederive's rule): the raw reading in gitstate's format,
+    other than the commit's time and at most a year after it."""
+    from .model import format_time, parse_time
+
+    try:
+        moment = parse_time(wall)
+    except ValueError:
+        moment = None
+    if moment is None or format_time(moment) != wall or moment.timestamp() == commit_time \
+            or moment.timestamp() > commit_time + 366 * 24 * 3600:
+        raise ValueError(f"[trailer.clock] Gitstate-Clock {wall[:40]!r} is not a time other "
+                         "than the commit's, in gitstate's format, at most a year after it")
 
 
 def _created(run_id: str, event: dict[str, Any], when: datetime) -> dict[str, Any]:

@@ -24,7 +24,7 @@ PREFIX = "refs/heads/runs/"
 RUN_FILE = "run.json"
 RUN_MAX_BYTES = 1 << 20
 
-_TRAILERS = ("Run", "Event", "Writer", "Request", "Process")
+_TRAILERS = ("Run", "Event", "Writer", "Request", "Process", "Clock")
 HOST_MAX = 40
 _SESSION = re.compile(r"([^:]{0,40}):([1-9][0-9]{0,9}):([0-9a-f]{6})")
 
@@ -55,13 +55,16 @@ def trailer_problem(writer: str, session: str) -> str | None:
 
 
 def message(reason: str, run_id: str, event: dict[str, Any], writer: str,
-            request: str | None, session: str) -> bytes:
-    """The message of one event's commit: the reason, then the trailers."""
+            request: str | None, session: str, clock: str | None = None) -> bytes:
+    """The message of one event's commit: the reason, then the trailers (``clock``: the raw
+    wall reading when the commit is dated otherwise, as on main)."""
     lines = [f"Gitstate-Run: {run_id}", f"Gitstate-Event: {encode_json(event)}",
              f"Gitstate-Writer: {writer}"]
     if request is not None:
         lines.append(f"Gitstate-Request: {encode_json(request)}")
     lines.append(f"Gitstate-Process: {session}")
+    if clock is not None:
+        lines.append(f"Gitstate-Clock: {clock}")
     return (reason.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n").encode("utf-8")
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from gitstate.repo import StateRepo
-from tests.helpers import GIT
+from tests.helpers import GIT, trust_remote
 
 FAKETIME = shutil.which("faketime")
 pytestmark = pytest.mark.skipif(FAKETIME is None or GIT is None or
@@ -141,5 +141,22 @@ def test_a_run_deadline_is_judged_at_the_anchored_time(agent: Path) -> None:
     assert json.loads(behind.stdout)["state"]["stop_reason"] == "budget_exhausted"
     times = _times(agent, "refs/heads/runs/r1")
     assert times == sorted(times, reverse=True)
+    walls = _log(agent, "refs/heads/runs/r1", "%(trailers:key=Gitstate-Clock,valueonly)")
+    assert len(walls) == 2  # the raw readings ahead and behind, kept beside
+    behind_wall, ahead_wall = (datetime.fromisoformat(w).timestamp() for w in walls)
+    assert ahead_wall - times[1] > 47 * 3600 and times[0] - behind_wall > 23 * 3600
     verify = _cli(agent, None, "run", "verify", "r1")
     assert verify.returncode == 0, verify.stdout + verify.stderr
+    # a clone re-derives every event, the raw readings included
+    assert GIT is not None
+    bare = agent.parent / "remote.git"
+    subprocess.run([GIT, "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    with StateRepo(agent) as repo:
+        repo.store.set_remote_url(str(bare))
+        pushed = repo.push()
+    trust_remote(agent.parent / "clone")
+    with StateRepo.clone(str(bare), agent.parent / "clone") as clone:
+        pulled = clone.pull()
+        assert "r1" in json.dumps(pulled.runs), (pushed.runs, pulled.runs)
+        assert clone.runs.read("r1").state["stop_reason"] == "budget_exhausted"
+        assert clone.runs.verify("r1") == []
