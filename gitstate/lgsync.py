@@ -7,8 +7,9 @@ A thread's ref only grows, so both ways are fast-forward only:
 * push sends each asked-for thread ref that moved since it was last seen on the remote
   (``refs/remotes/origin/threads/...``, the lease), in one push; one the remote moved on
   is reported, never overwritten. Pending writes still in a thread's journal (an
-  interrupted super-step) are not in a commit: ``GitCheckpointSaver.push`` commits them
-  first; push reports such threads under ``pending``.
+  interrupted super-step) are not in a commit: ``GitCheckpointSaver.push`` and the CLI
+  commit them first (the saver's ``commit_pending_writes``); push reports threads that
+  still have some under ``pending``.
 * pull fetches the remote's thread refs into a quarantine and checks every new commit of
   each asked-for thread with the one rule of foreign commits (gitstate/lgcheck.py) before
   any of it is used; one thread that fails refuses the whole pull of threads, and no object
@@ -56,6 +57,11 @@ def _chosen(refs: dict[str, str], threads: Threads) -> dict[str, tuple[str, str]
 def _lock(store: GitStore, thread_id: str) -> AbstractContextManager[int]:
     return locking.exclusive(store.git_dir / layout.THREAD_LOCK_FILE.format(
         digest=digest(thread_id)))
+
+
+def asked(store: GitStore, threads: Threads) -> list[str]:
+    """The ids of this repository's threads that ``threads`` asks for."""
+    return sorted({t for t, _ in _chosen(store.refs_under(PREFIX), threads).values()})
 
 
 def pending(store: GitStore, thread_id: str) -> bool:

@@ -93,6 +93,22 @@ def test_cli_push_pull_and_clone_carry_threads_when_asked(tmp_path: Path) -> Non
     assert again.returncode == 0 and '"pushed": []' in again.stdout
 
 
+def test_cli_push_commits_pending_writes_first(tmp_path: Path) -> None:
+    """Writes still in a thread's journal (no checkpoint after them yet) are committed by
+    the saver's own commit_pending_writes before the push, so they travel."""
+    from tests.helpers import run_cli
+
+    bare, a = _interrupted(tmp_path)
+    with GitCheckpointSaver(a) as saver:
+        latest = saver.get_tuple(CONF)
+        assert latest is not None
+        saver.put_writes(latest.config, [("log", ["noted"])], "task-9")
+        assert saver._journal(THREAD).read()
+    out = run_cli("push", "--thread", THREAD, "--json", agent_dir=a)
+    assert out.returncode == 0 and '"pending": []' in out.stdout, out.stdout
+    assert git(bare, "log", "-1", "--format=%s", REF).stdout.startswith("pending writes of")
+
+
 def test_every_commit_the_saver_makes_passes_the_thread_rule(tmp_path: Path) -> None:
     """A graph's checkpoints with pending writes folded before their checkpoint, a fork,
     a pending-writes commit, and both tombstones re-derive."""

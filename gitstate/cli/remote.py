@@ -103,6 +103,24 @@ def _threads_option(f: Any) -> Any:
                         help="Carry every LangGraph thread too (docs/langgraph.md).")(f)
 
 
+def _commit_pending(repo: Any, threads: list[str] | bool) -> None:
+    """Pending writes still in a thread's journal (an interrupted super-step) go into a
+    commit first, by the saver's own commit_pending_writes, so that the thread resumes
+    elsewhere; without LangGraph installed, push reports them as pending."""
+    from .. import lgsync
+
+    waiting = [t for t in lgsync.asked(repo.store, threads) if lgsync.pending(repo.store, t)]
+    if not waiting:
+        return
+    try:
+        from ..langgraph import GitCheckpointSaver
+    except ImportError:
+        return
+    with GitCheckpointSaver(repo.agent_dir) as saver:
+        for thread_id in waiting:
+            saver.commit_pending_writes(thread_id)
+
+
 def _asked(all_threads: bool, thread_ids: tuple[str, ...]) -> list[str] | bool:
     return True if all_threads else list(thread_ids)
 
@@ -130,6 +148,7 @@ def push(obj: Ctx, as_json: bool, all_threads: bool, thread_ids: tuple[str, ...]
         result = repo.push()
         threads = _asked(all_threads, thread_ids)
         if threads:
+            _commit_pending(repo, threads)
             result.threads = repo.push_threads(threads)
     emit(result, as_json, _sync_text)
     if result.refused:
