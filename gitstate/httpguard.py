@@ -9,14 +9,16 @@ In order, for every request:
    421 (``http.host``);
 2. a browser's Origin, when sent, must be ``http://`` one of those names with the port, or an
    ``--allow-origin``, else 403 (``http.origin``);
-3. the OAuth discovery paths (``/.well-known/oauth-protected-resource``,
-   ``/.well-known/oauth-authorization-server``, ``/.well-known/openid-configuration`` and
-   their suffixed forms) and the endpoints a client falls back to without them
+3. every ``/.well-known/`` path in any case and at any depth (the OAuth discovery paths
+   ``/.well-known/oauth-protected-resource``, ``/.well-known/oauth-authorization-server``,
+   ``/.well-known/openid-configuration``, their suffixed and prefixed forms: the server
+   serves no well-known resource) and the endpoints a client falls back to without them
    (``/register``, ``/authorize``, ``/token``) are 404 before any token is asked for
    (``http.no_oauth``): the server has no OAuth, and a 401 there makes a host (Claude Code)
    report a rejected dynamic client registration instead of the missing header;
-4. with a bearer token configured, ``Authorization: Bearer <token>`` (compared in constant
-   time): none gets 401 with ``WWW-Authenticate: Bearer realm="gitstate"``
+4. with a bearer token configured, ``Authorization: Bearer <token>`` (the scheme in any
+   case, the token compared in constant time): none, another scheme or a bare ``Bearer``
+   gets 401 with ``WWW-Authenticate: Bearer realm="gitstate"``
    (``http.token_missing``), another gets 401 with ``error="invalid_token"``
    (``http.token_invalid``), each with its own message.
 
@@ -40,9 +42,6 @@ SECURITY_HEADERS = (
      "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; frame-ancestors 'none'"),
     ("X-Content-Type-Options", "nosniff"),
 )
-WELL_KNOWN = ("/.well-known/oauth-protected-resource",
-              "/.well-known/oauth-authorization-server",
-              "/.well-known/openid-configuration")
 OAUTH_DEFAULTS = ("/register", "/authorize", "/token")
 """The endpoints an OAuth client falls back to when the discovery paths are 404."""
 REQUEST_SECONDS = 10.0
@@ -184,19 +183,21 @@ class Guard:
             return Refusal(403, "http.origin", f"the Origin {origin!r} is not allowed to "
                            "call this server: start it with --allow-origin ORIGIN to allow "
                            "a page there")
-        if path in OAUTH_DEFAULTS or any(path == p or path.startswith(p + "/")
-                                         for p in WELL_KNOWN):
+        lowered = path.lower()
+        if path in OAUTH_DEFAULTS or "/.well-known/" in lowered + "/":
             return Refusal(404, "http.no_oauth", "this server has no OAuth: configure the "
                            "client to send the server's bearer token as a header "
                            "(Authorization: Bearer <token>)")
         if self.token is None:
             return None
-        given = headers.get("authorization")
-        if given is None or not given.strip():
+        # The scheme is case-insensitive (RFC 7235); another scheme (Basic) or a bare
+        # "Bearer" carries no bearer token at all: that is a missing token, not a wrong one.
+        scheme, _, credentials = (headers.get("authorization") or "").strip().partition(" ")
+        if scheme.lower() != "bearer" or not credentials.strip():
             return Refusal(401, "http.token_missing", "a bearer token is required: send "
                            f"Authorization: Bearer <token>, the token being {self.token_hint}",
                            (("WWW-Authenticate", 'Bearer realm="gitstate"'),))
-        if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+        if not hmac.compare_digest(credentials.strip().encode(), self.token.encode()):
             return Refusal(401, "http.token_invalid", "the bearer token sent is not this "
                            f"server's: send {self.token_hint}",
                            (("WWW-Authenticate", 'Bearer realm="gitstate", '

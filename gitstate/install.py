@@ -123,19 +123,45 @@ def _json_plan(path: Path, what: str, merge: Callable[[dict[str, Any]], None]) -
     old = _read(path)
     data: Any = {}
     if old is not None and old.strip():
-        try:
-            data = json.loads(old)
-        except (ValueError, RecursionError) as exc:
-            raise Refused(f"{path} is not valid JSON ({exc}); fix it or move it aside, then "
-                          "run again", rule="install.not_json") from None
+        data = _parse_json(path, old)
         if not isinstance(data, dict):
             raise Refused(f"{path} holds JSON that is not an object", rule="install.not_json")
     before = json.dumps(data, sort_keys=True)
     merge(data)
     if old is not None and json.dumps(data, sort_keys=True) == before:
         return Plan(path, old, old, what)  # nothing to add: the bytes stay as they are
-    return Plan(path, old, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode(),
-                what)
+    try:
+        new = (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode()
+    except UnicodeEncodeError:  # a lone surrogate escape (\ud800) has no UTF-8 form
+        raise Refused(f"{path} holds a lone surrogate escape (\\ud800...), which cannot be "
+                      "written back as UTF-8; fix it, then run again",
+                      rule="install.not_json") from None
+    return Plan(path, old, new, what)
+
+
+def _parse_json(path: Path, raw: bytes) -> Any:
+    """Strict JSON: a duplicate key (the hosts keep the last; a rewrite would drop the
+    first for good) and NaN or Infinity (not JSON) are refused, and so are comments, with
+    what to do (Gemini CLI reads JSONC, but a rewrite would lose them)."""
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise ValueError(f"the key {key!r} appears twice")
+            out[key] = value
+        return out
+
+    def constant(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        return json.loads(raw, object_pairs_hook=pairs, parse_constant=constant)
+    except (ValueError, RecursionError) as exc:
+        text = raw.decode("utf-8", "replace")
+        hint = (" it holds comments (JSONC), which a rewrite would lose: remove them, or add "
+                "the entry by hand;" if re.search(r"^\s*(//|/\*)", text, re.M) else "")
+        raise Refused(f"{path} is not valid JSON ({exc});{hint} fix it or move it aside, "
+                      "then run again", rule="install.not_json") from None
 
 
 def _table(data: dict[str, Any], name: str, path: Path) -> dict[str, Any]:
@@ -256,19 +282,39 @@ def codex_home(home: Path) -> Path:
     return Path(given).absolute() if given else home / ".codex"
 
 
-def _codex(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
-    """``[mcp_servers.gitstate]`` in $CODEX_HOME/config.toml, or (``--project``) in the
-    project's .codex/config.toml, which Codex reads only in a project it trusts."""
-    wiring = Wiring("codex", scope)
-    path = (project / ".codex" if scope == "project" else codex_home(home)) / "config.toml"
-    argv = server_argv(agent_dir)
-    block = (f"[mcp_servers.{SERVER}]\n"
-             f"command = {json.dumps(argv[0])}\n"
-             f"args = [{', '.join(json.dumps(a) for a in argv[1:])}]\n"
-             "startup_timeout_sec = 20\n"
-             "tool_timeout_sec = 60\n")
-    old = _read(path)
-    text = "" if old is None else old.decode("utf-8", "replace")
+_CODEX_SUB = re.compile(r"^\s*\[\s*mcp_servers\s*\.\s*\"?gitstate\"?\s*\.\s*\"?([^\]\".]+)")
+_CODEX_DEFAULTS = {"startup_timeout_sec": 20, "tool_timeout_sec": 60}
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _toml_key(key: str) -> str:
+    return key if _BARE_KEY.fullmatch(key) else json.dumps(key, ensure_ascii=False)
+
+
+def _toml(value: object) -> str:
+    """``value`` as TOML (a JSON string is a TOML basic string); a kind this cannot write
+    (a date) refuses the merge rather than drop it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml(v)}" for k, v in value.items()) + "}"
+    raise Refused(f"a value in [mcp_servers.{SERVER}] ({value!r}) cannot be rewritten; "
+                  "change the entry by hand", rule="install.not_mergeable")
+
+
+def _codex_text(path: Path, text: str, argv: list[str]) -> str:
+    """``text`` with ``[mcp_servers.gitstate]`` running ``argv``: the user's other fields
+    in the entry (an env, a timeout, enabled_tools) kept, its sub-tables kept where they
+    stand, every other table untouched. The table is found by its header line, so the
+    result is parsed again and must hold exactly the file's old contents with only the
+    entry changed; anything else (a header inside a multi-line string, an array of tables)
+    is refused, never written."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -276,14 +322,23 @@ def _codex(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
                       rule="install.not_toml") from None
     servers = data.get("mcp_servers", {})
     current = servers.get(SERVER) if isinstance(servers, dict) else None
-    if isinstance(current, dict) and current.get("command") == argv[0] \
-            and current.get("args") == argv[1:]:
-        new = text
-    elif current is None:
+    if current is not None and not isinstance(current, dict):
+        raise Refused(f"{path}: mcp_servers.{SERVER} is not a table; change it by hand",
+                      rule="install.not_mergeable")
+    if current and current.get("command") == argv[0] and current.get("args") == argv[1:]:
+        return text
+    lines = text.splitlines(keepends=True)
+    subtables = {m.group(1) for line in lines if (m := _CODEX_SUB.match(line))}
+    entry = {k: v for k, v in (current or {}).items() if k not in subtables}
+    entry.update(command=argv[0], args=argv[1:])
+    for key, default in _CODEX_DEFAULTS.items():
+        entry.setdefault(key, default)
+    block = f"[mcp_servers.{SERVER}]\n" + "".join(f"{_toml_key(k)} = {_toml(v)}\n"
+                                                    for k, v in entry.items())
+    if current is None:
         new = text + ("\n" if text and not text.endswith("\n") else "") \
             + ("\n" if text.strip() else "") + block
     else:
-        lines = text.splitlines(keepends=True)
         start = next((i for i, line in enumerate(lines) if _CODEX_HEADER.match(line)), None)
         if start is None:
             raise Refused(f"{path} defines mcp_servers.{SERVER} other than as a "
@@ -293,6 +348,32 @@ def _codex(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
                     if _ANY_HEADER.match(lines[i])), len(lines))
         tail = "".join(lines[end:])
         new = "".join(lines[:start]) + block + ("\n" + tail if tail else "")
+    expected = {**data, "mcp_servers": {**(servers if isinstance(servers, dict) else {}),
+                                        SERVER: {**(current or {}), **entry}}}
+    try:
+        same = tomllib.loads(new) == expected
+    except tomllib.TOMLDecodeError:
+        same = False
+    if not same:
+        raise Refused(f"{path}: rewriting [mcp_servers.{SERVER}] would change more of the "
+                      "file than that entry (a table header inside a multi-line string, an "
+                      "array of tables?); nothing was written: change the entry by hand",
+                      rule="install.not_mergeable")
+    return new
+
+
+def _codex(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
+    """``[mcp_servers.gitstate]`` in $CODEX_HOME/config.toml, or (``--project``) in the
+    project's .codex/config.toml, which Codex reads only in a project it trusts."""
+    wiring = Wiring("codex", scope)
+    path = (project / ".codex" if scope == "project" else codex_home(home)) / "config.toml"
+    old = _read(path)
+    try:
+        text = "" if old is None else old.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise Refused(f"{path} is not UTF-8, so not TOML; fix it, then run again",
+                      rule="install.not_toml") from None
+    new = _codex_text(path, text, server_argv(agent_dir))
     wiring.plans.append(Plan(path, old, new.encode("utf-8") if new != text or old is None
                              else old, "the MCP server"))
     if scope == "project":
@@ -315,9 +396,18 @@ def plan(host: str, agent_dir: Path, scope: str, project: Path, home: Path) -> W
     """What ``gitstate install HOST`` would write; nothing is written. A file's directory
     that is a symlink (``.claude`` linked into a dotfiles checkout) is refused here, before
     any file is written, as the write itself would refuse it."""
-    wiring = PLANNERS[host](agent_dir, scope, project.absolute(), home)
+    if host in ("claude-code", "gemini") and "$" in f"{agent_dir.absolute()}{sys.executable}":
+        raise Refused(f"the agent directory {agent_dir.absolute()} or the interpreter "
+                      f"{sys.executable} holds a '$', which {host} expands in its "
+                      "configuration (${VAR}, $VAR), so it would start the server for "
+                      "another directory: use a path without '$'", rule="install.path_expands")
+    project = project.absolute()
+    wiring = PLANNERS[host](agent_dir, scope, project, home)
     for p in wiring.plans:
-        if safefile.kind(p.path.parent) == "symlink":
+        base = home if p.path.is_relative_to(home) else project
+        below = [d for d in p.path.parents if d.is_relative_to(base) and d != base]
+        link = next((d for d in below if safefile.kind(d) == "symlink"), None)
+        if link is not None:  # HOME or the project itself may be a link: they are yours
             raise Refused(f"{p.path.parent} is a symlink; gitstate install never writes "
                           f"through one: merge the configuration into {p.path.name} where it "
                           "points by hand, or replace the link with a directory",

@@ -6,11 +6,17 @@ with ``Last-Event-ID`` and receives what it missed on that stream).
 At most ``MAX_EVENTS`` events are kept across every session, oldest dropped first: a
 reconnection after more than that many events receives nothing to replay (the stream starts
 afresh), never an unbounded memory. Nothing here is written to disk.
+
+The SDK keeps one store for every session and names streams by request (the standalone GET
+stream has one fixed name in every session), so an event id is all that tells one session's
+events from another's: each id is a random 128-bit token, never a counter. A client can then
+replay only a stream whose event ids it was sent; a guessed or another session's id is not
+one it could know.
 """
 
 from __future__ import annotations
 
-import itertools
+import secrets
 from collections import OrderedDict
 from typing import Any
 
@@ -25,10 +31,9 @@ def event_store() -> Any:
     class BoundedEventStore(EventStore):
         def __init__(self) -> None:
             self.events: OrderedDict[str, tuple[str, Any]] = OrderedDict()
-            self.counter = itertools.count(1)
 
         async def store_event(self, stream_id: str, message: Any) -> str:
-            event_id = str(next(self.counter))
+            event_id = secrets.token_urlsafe(16)
             self.events[event_id] = (stream_id, message)
             while len(self.events) > MAX_EVENTS:
                 self.events.popitem(last=False)

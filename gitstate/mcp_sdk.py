@@ -258,11 +258,46 @@ def _build_v1(spec: Spec) -> Server[Any]:  # pragma: no cover - run in the mcp<2
 
 
 async def run_stdio(server: Server[Any]) -> None:
-    """Serve one client on stdin/stdout until it closes the connection."""
+    """Serve one client on stdin/stdout until it closes the connection. A line that is
+    not a JSON-RPC message reaches the server as an exception, which both SDK lines drop
+    without a word, so the client would wait forever: it is answered here, -32700 for a
+    line that is not JSON, -32600 (with the request's id when it has one) for JSON that is
+    no valid message."""
     from mcp.server.stdio import stdio_server
 
     async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+        send, receive = anyio.create_memory_object_stream[Any](0)
+
+        async def pump() -> None:
+            async with send:
+                async for item in read:
+                    if isinstance(item, Exception):
+                        await write.send(_invalid_line(item))
+                    else:
+                        await send.send(item)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(pump)
+            await server.run(receive, write, server.create_initialization_options())
+            group.cancel_scope.cancel()
+
+
+def _invalid_line(exc: Exception) -> Any:
+    """The JSON-RPC error answering a line the SDK could not read as a message."""
+    from mcp.shared.message import SessionMessage
+
+    errors: Any = getattr(exc, "errors", list)()
+    details = [e for e in errors if isinstance(e, dict)] if isinstance(errors, list) else []
+    code, message = -32600, "Invalid Request: not a JSON-RPC 2.0 message"
+    if not details or any(e.get("type") == "json_invalid" for e in details):
+        code, message = -32700, "Parse error: the line is not JSON"
+    request_id: Any = next((e["input"]["id"] for e in details if isinstance(e.get("input"), dict)
+                            and type(e["input"].get("id")) in (int, str)), None)
+    error = types.ErrorData(code=code, message=message)
+    # 1.x's JSONRPCError takes no null id (a parse error's id): built without validation
+    reply = types.JSONRPCError.model_construct(jsonrpc="2.0", id=request_id, error=error)
+    message_type: Any = types.JSONRPCMessage  # a RootModel on 1.x, a union on 2.x
+    return SessionMessage(reply if LINE != 1 else message_type.model_construct(root=reply))
 
 
 def session_manager(server: Server[Any], **options: Any) -> Any:

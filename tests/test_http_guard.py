@@ -186,16 +186,24 @@ def _auth_signals(port: int, path: str) -> None:
     assert missing.status == 401 and missing.secured()
     assert missing.headers["www-authenticate"] == 'Bearer realm="gitstate"'
     assert "[http.token_missing]" in missing.text and SECRET_VALUE not in missing.text
-    for wrong in ("Bearer wrong-token-of-some-length", "Basic dXNlcjpwYXNz", "Bearer"):
+    for wrong in ("Bearer wrong-token-of-some-length", "bearer wrong-token-of-some-length"):
         refused = get(port, path, Authorization=wrong)
         assert refused.status == 401 and refused.secured()
         assert 'error="invalid_token"' in refused.headers["www-authenticate"]
         assert "[http.token_invalid]" in refused.text and refused.text != missing.text
+    for no_bearer in ("Basic dXNlcjpwYXNz", "Bearer", "Bearer   "):  # no bearer token sent
+        refused = get(port, path, Authorization=no_bearer)
+        assert refused.status == 401 and "[http.token_missing]" in refused.text
+        assert refused.headers["www-authenticate"] == 'Bearer realm="gitstate"'
+    for scheme in ("bearer", "BEARER"):  # the scheme is case-insensitive (RFC 7235)
+        assert get(port, path, Authorization=f"{scheme} {TOKEN}").status != 401
     for well_known in ("/.well-known/oauth-protected-resource",
                        "/.well-known/oauth-protected-resource/mcp",
                        "/.well-known/oauth-authorization-server",
                        "/.well-known/oauth-authorization-server/mcp",
-                       "/.well-known/openid-configuration", "/register"):
+                       "/.well-known/openid-configuration", "/register",
+                       "/mcp/.well-known/openid-configuration",
+                       "/.well-known/OAUTH-PROTECTED-RESOURCE", "/.WELL-KNOWN/anything"):
         for method in ("GET", "POST"):
             answer = get(port, well_known, method, Content_Length="0")
             assert answer.status == 404, (well_known, method, answer.status)

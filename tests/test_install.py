@@ -228,6 +228,116 @@ def test_codex_entry_replaced_in_place(where: tuple[Path, Path, Path]) -> None:
         "other": {"command": "x"}}
 
 
+def test_codex_entry_keeps_the_users_fields_and_sub_tables(
+        where: tuple[Path, Path, Path]) -> None:
+    """The user's own fields in the entry (an env, a longer timeout, enabled_tools: dropping
+    it would hand the agent back the write tools) and a sub-table stay; only command and
+    args change; a second run changes no byte."""
+    _, home, agent = where
+    path = home / ".codex" / "config.toml"
+    path.parent.mkdir()
+    path.write_text('\ufeffmodel = "o4"\n[mcp_servers.gitstate]\ncommand = "old"\n'
+                    'env = { API_TOKEN = "t" }\ntool_timeout_sec = 300\n'
+                    'enabled_tools = ["working_state_get"]\n\n'
+                    '[mcp_servers.gitstate.env_vars]\nX = "1"\n')
+    code, out, err = install(home, "codex")
+    assert code == 0, out + err
+    assert read(path)["mcp_servers"] == {"gitstate": {
+        "command": PYTHON, "args": server(agent), "env": {"API_TOKEN": "t"},
+        "tool_timeout_sec": 300, "enabled_tools": ["working_state_get"],
+        "startup_timeout_sec": 20, "env_vars": {"X": "1"}}}
+    before = path.read_bytes()
+    assert install(home, "codex")[0] == 0 and path.read_bytes() == before
+
+
+SMUGGLED = """[mcp_servers.gitstate]
+command = "x"
+NOTE = '''
+[mcp_servers.evil]
+command = "/bin/sh"
+args = ["-c", "touch /tmp/pwned"]
+[mcp_servers.evil.env]
+X = \"\"\"'''
+# \"\"\"
+"""
+
+
+@pytest.mark.parametrize("text", [
+    SMUGGLED,  # a header inside a multi-line string, after the entry's own lines
+    '[mcp_servers.gitstate]\ncommand = "x"\nN = """\n[mcp_servers.evil]\n"""\n',
+    '[[mcp_servers]]\nname = "a"\n',  # an array of tables: no table to merge into
+], ids=["smuggled-table", "multiline-header", "array-of-tables"])
+def test_a_codex_file_the_rewrite_would_change_elsewhere_is_refused(
+        text: str, where: tuple[Path, Path, Path]) -> None:
+    """The rewrite is parsed again: a table header hidden in a multi-line string would have
+    become a live server (or broken the file); such a file is refused, left as it was."""
+    _, home, _ = where
+    path = home / ".codex" / "config.toml"
+    path.parent.mkdir()
+    path.write_text(text)
+    code, out, err = install(home, "codex")
+    assert code == 1 and "[install.not_mergeable]" in err, out + err
+    assert path.read_text() == text and not list(path.parent.glob("*.gitstate-backup"))
+
+
+def test_a_codex_file_that_is_not_utf8_is_refused(where: tuple[Path, Path, Path]) -> None:
+    _, home, _ = where
+    path = home / ".codex" / "config.toml"
+    path.parent.mkdir()
+    path.write_bytes(b'model = "\xff"\n')
+    code, _, err = install(home, "codex")
+    assert code == 1 and "[install.not_toml]" in err and path.read_bytes() == b'model = "\xff"\n'
+
+
+@pytest.mark.parametrize(("name", "text", "says"), [
+    ("dup", '{"mcpServers": {"a": {}}, "mcpServers": {"b": {}}}', "appears twice"),
+    ("nan", '{"timeout": NaN}', "NaN is not JSON"),
+    ("jsonc", '{\n  // my servers\n  "mcpServers": {}\n}', "comments (JSONC)"),
+    ("surrogate", '{"note": "\\ud800"}', "lone surrogate"),
+])
+def test_json_a_rewrite_would_damage_is_refused(name: str, text: str, says: str,
+                                                where: tuple[Path, Path, Path]) -> None:
+    """A duplicate key (a rewrite would drop the first), NaN (not JSON, written back as
+    such), comments (lost by a rewrite) and a lone surrogate (a traceback before) are
+    install.not_json with what to do; the file is left as it was."""
+    proj, home, _ = where
+    path = proj / ".gemini" / "settings.json"
+    path.parent.mkdir()
+    path.write_text(text)
+    code, out, err = install(home, "gemini")
+    assert code == 1 and "[install.not_json]" in err and says in err, out + err
+    assert "Traceback" not in err and path.read_text() == text
+
+
+def test_a_dollar_in_the_agent_directory_is_refused(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Claude Code and Gemini CLI expand $VAR and ${VAR} in the args they are given: a
+    directory holding '$' would start the server for another directory."""
+    proj, home = tmp_path / "proj", tmp_path / "home"
+    home.mkdir()
+    agent = proj / "x${HOME}y"
+    StateRepo.init(agent).close()
+    monkeypatch.chdir(proj)
+    for host in ("claude-code", "gemini"):
+        out = run_cli("install", host, agent_dir=agent,
+                      env={"HOME": str(home), "GITSTATE_AGENT_DIR": None})  # type: ignore[dict-item]
+        assert out.returncode == 1 and "[install.path_expands]" in out.stderr, out.stderr
+    assert not (proj / ".mcp.json").exists() and not (proj / ".gemini").exists()
+
+
+def test_a_home_that_is_a_link_is_written_where_it_points(
+        where: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """HOME itself may be a link (/home -> /usr/home): the user files go where it points,
+    for every host alike (Claude Code's ~/.claude.json was refused, Gemini's written)."""
+    _, home, _ = where
+    link = tmp_path / "linkhome"
+    link.symlink_to(home)
+    for host in ("claude-code", "gemini"):
+        code, out, err = install(link, host, "--user")
+        assert code == 0, out + err
+    assert (home / ".claude.json").is_file() and (home / ".gemini" / "settings.json").is_file()
+
+
 @pytest.fixture(scope="module")
 def hosts() -> Path:
     problem = npm_ci(HOSTS)

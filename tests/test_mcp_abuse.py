@@ -131,3 +131,26 @@ def test_abuse_is_answered_and_survived(tmp_path: Path) -> None:
     assert commit_count(agent / "state") == 61
     with StateRepo(agent) as repo:
         assert all(c.ok for c in audit.verify(repo))
+
+
+def test_a_line_that_is_no_message_gets_a_json_rpc_error(tmp_path: Path) -> None:
+    """The SDK drops a line it cannot read as a message without a word, so the client waits
+    forever; each gets its JSON-RPC error: -32700 for a line that is not JSON, -32600 with
+    the request's id for JSON that is no valid message; the server goes on."""
+    agent = tmp_path / "agent"
+    StateRepo.init(agent).close()
+    server = RawServer(agent)
+    try:
+        server.send_raw(b"{this is not json\n")
+        parse = server.replies.get(timeout=20)
+        assert parse["error"]["code"] == -32700 and parse.get("id") is None, parse
+        server.send_raw(b'{"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": "x"}\n')
+        server.send_raw(b'{"jsonrpc": "1.0", "id": 8, "method": "ping"}\n')
+        got = server.wait({7, 8}, timeout=20)
+        assert {got[7]["error"]["code"], got[8]["error"]["code"]} == {-32600}, got
+        server.send({"jsonrpc": "2.0", "id": 9, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "after", "version": "1"}}})
+        assert "result" in server.wait({9})[9]
+    finally:
+        server.close()

@@ -84,3 +84,24 @@ def test_sse_answers_carry_ids_a_retry_and_replay_after_a_lost_connection(
             line += chunk
     finally:
         conn.close()
+
+
+def test_event_ids_are_unguessable_tokens(server: HttpServer) -> None:
+    """One store serves every session, and the SDK names the standalone stream alike in
+    each: an event id is what keeps one session's events from another's, so ids are random
+    128-bit tokens (a counter let a second session replay the first's answers)."""
+    ids: list[str] = []
+    for n in range(2):
+        status, headers, text = _post(server.port, {
+            "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": PROTOCOL, "capabilities": {},
+                "clientInfo": {"name": f"session-{n}", "version": "1"}}})
+        assert status == 200, text
+        session = headers["mcp-session-id"]
+        _post(server.port, {"jsonrpc": "2.0", "method": "notifications/initialized"},
+              session)
+        _, _, text = _post(server.port, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                           session)
+        ids += [e["id"] for e in _events(text) if e.get("id")]
+    assert len(ids) >= 4 and len(set(ids)) == len(ids), ids
+    assert all(len(i) >= 22 and not i.isdigit() for i in ids), ids  # 16 random bytes

@@ -64,6 +64,7 @@ def install(obj: Ctx, host: str, scope: str | None, check: bool) -> None:
     home = Path(os.path.expanduser("~"))
     if not home.is_absolute():
         raise UsageError("HOME is not set to an absolute directory", rule="usage.home")
+    home = Path(os.path.realpath(home))  # a HOME that is a link is yours: write where it points
     project = Path.cwd()
     wiring = wiring_mod.plan(host, obj.agent_dir, chosen, project, home)
     for line in wiring_mod.apply(wiring):
