@@ -305,6 +305,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=100)
     parser.add_argument("--thread-steps", type=int, default=50)
     parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--chat-only", action="store_true",
+                        help="the chat graph and its disk only")
     parser.add_argument("--dir", help="where every saver's files go (another file system)")
     args = parser.parse_args()
     if args.quick:
@@ -317,7 +319,8 @@ def main() -> None:
 
         print(f"{describe(root)}; gitstate's durability {pool.make_mode()}; medians; ratios "
               "to SqliteSaver (WAL, synchronous=FULL); durability='sync'")
-        row("3-node graph, per super-step", three_node_scenario(pool.make(), args.runs))
+        if not args.chat_only:
+            row("3-node graph, per super-step", three_node_scenario(pool.make(), args.runs))
         around, disk = chat_scenario(pool.make(), args.chat_steps, marks, pool)
         for m in marks:
             row(f"chat graph, step {m}", {n: v[m] for n, v in around.items()})
@@ -326,14 +329,15 @@ def main() -> None:
                 for n, v in around.items() if n != "memory"}
         print("  chat: step {} / step {} after subtracting InMemorySaver's growth: {}".format(
             last, marks[0], ", ".join(f"{n} {f:.2f}" for n, f in flat.items())))
-        steps, lists = threads_scenario(pool.make(), args.threads, args.thread_steps)
-        row(f"{args.threads} threads x {args.thread_steps} steps, per step",
-            {n: v[0] for n, v in steps.items()})
-        print("    first / last tenth of the threads: " + ", ".join(
-            f"{n} {v[1]:.2f} -> {v[2]:.2f} ms" for n, v in steps.items()))
-        row(f"list(None, limit=10), {args.threads} threads", lists)
-        if "postgres" in lists:
-            print(f"    gitstate / postgres: {lists['gitstate'] / lists['postgres']:.2f}x")
+        if not args.chat_only:
+            steps, lists = threads_scenario(pool.make(), args.threads, args.thread_steps)
+            row(f"{args.threads} threads x {args.thread_steps} steps, per step",
+                {n: v[0] for n, v in steps.items()})
+            print("    first / last tenth of the threads: " + ", ".join(
+                f"{n} {v[1]:.2f} -> {v[2]:.2f} ms" for n, v in steps.items()))
+            row(f"list(None, limit=10), {args.threads} threads", lists)
+            if "postgres" in lists:
+                print(f"    gitstate / postgres: {lists['gitstate'] / lists['postgres']:.2f}x")
         for step in sorted({s for d in disk.values() for s in d}):
             sizes = {n: d[step] / 1e6 for n, d in disk.items() if d.get(step) is not None}
             row(f"disk, chat thread of {step} steps", sizes, "MB")  # type: ignore[arg-type]
