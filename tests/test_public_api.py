@@ -49,7 +49,7 @@ RESULT_FIELDS = {
     "KeyState": ["value", "set_at", "reason", "actor", "expires_at", "expired"],
     "DiscardResult": ["kept", "op", "ok"],
     "SyncResult": ["action", "head", "remote", "pushed", "pulled", "rebased", "refused",
-                   "kept_on", "runs"],
+                   "kept_on", "runs", "threads"],
     "Refusal": ["error", "message", "current", "expected", "live_key_names", "details", "ok"],
     "SyncStatus": ["head", "remote_url", "remote_seen", "ahead", "behind", "sync",
                    "unpushed_refs", "hand_edits"],
@@ -175,11 +175,11 @@ async def test_mcp_server_advertises_the_generated_schemas(tmp_path: Path) -> No
     ones the CLI's JSON was checked against above), and its own answers fit them."""
     jsonschema = pytest.importorskip("jsonschema")
     pytest.importorskip("mcp")
-    from gitstate.mcp_schema import StateOut, WriteOut, clean_schema
+    from gitstate.mcp_schema import StateOut, WriteOut, output_schema
     from tests.mcpclient import connect
 
-    schemas = {"write": clean_schema(WriteOut.model_json_schema()),
-               "state": clean_schema(StateOut.model_json_schema())}
+    schemas = {"write": output_schema(WriteOut.model_json_schema()),
+               "state": output_schema(StateOut.model_json_schema())}
     run_cli("init", agent_dir=tmp_path)
     async with connect(tmp_path) as client:
         listed = {name: t["outputSchema"] for name, t in (await client.list_tools()).items()}
