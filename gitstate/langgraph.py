@@ -64,7 +64,7 @@ except ImportError as exc:  # the extra is not installed: say which one
     raise ImportError("gitstate.langgraph needs the langgraph extra: pip install "
                       f"'gitstate[langgraph]' ({exc})") from exc
 
-from . import layout, lgjournal, maintenance, rules
+from . import clockbase, layout, lgjournal, maintenance, rules
 from .errors import StoreError
 from .lgfence import ThreadFence
 from .lgformat import (
@@ -263,7 +263,7 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
                 latest = max(before or "", cid)
                 new = self.store.commit(head, changes,
                                         checkpoint_message(lines, latest, writes_for),
-                                        self.identity, int(datetime.now(UTC).timestamp()),
+                                        self.identity, self._commit_time(head),
                                         ref=ref)
                 if new is not None:
                     break
@@ -364,7 +364,7 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
                 message = writes_message(writes_for, self._latest(head))
                 new = self.store.commit(head, {WRITES_FILE: lgjournal.encode(folded)},
                                         message, self.identity,
-                                        int(datetime.now(UTC).timestamp()), ref=ref)
+                                        self._commit_time(head), ref=ref)
                 if new is None:
                     raise StoreError(f"{ref} moved while writing", rule="store.contention")
                 journal.clear(ns)
@@ -372,6 +372,13 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
                                  [Entry(None, new, writes_for=tuple(writes_for))])
                 out.append(new)
         return out
+
+    def _commit_time(self, head: str | None) -> int:
+        """A thread commit's time, by main's clock model (gitstate/clockbase.py: a reading
+        that stepped away from the repository's anchor is not believed) and never before
+        its parent's: commit times do not go back within a thread's ref."""
+        now = int(clockbase.read(self.store.git_dir).time.timestamp())
+        return max(now, self.store.commit_times(head)[1]) if head is not None else now
 
     def push(self, thread_ids: Sequence[str] | bool = True) -> dict[str, Any]:
         """Carry threads (ids, or True: all) to main's remote, their pending writes committed
@@ -414,7 +421,7 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
         for _ in range(5):
             head = self.store.ref(ref)
             new = self.store.commit(head, {}, message, self.identity,
-                                    int(datetime.now(UTC).timestamp()), ref=ref)
+                                    self._commit_time(head), ref=ref)
             if new is not None:
                 self._entries(thread_id, ns, new)
                 return

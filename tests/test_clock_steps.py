@@ -160,3 +160,43 @@ def test_a_run_deadline_is_judged_at_the_anchored_time(agent: Path) -> None:
         assert "r1" in json.dumps(pulled.runs), (pushed.runs, pulled.runs)
         assert clone.runs.read("r1").state["stop_reason"] == "budget_exhausted"
         assert clone.runs.verify("r1") == []
+
+
+PUT = """
+import sys
+from gitstate.langgraph import GitCheckpointSaver
+from langgraph.checkpoint.base import empty_checkpoint
+with GitCheckpointSaver(sys.argv[1], owner="one") as saver:
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"k": sys.argv[2]}
+    cp["channel_versions"] = {"k": 1}
+    saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, cp,
+              {"source": "loop", "step": 0}, {"k": 1})
+"""
+
+
+def test_checkpoints_are_dated_by_the_clock_model(agent: Path) -> None:
+    """The checkpointer dates its commits like main: a put with the clock two days ahead
+    is dated at the anchored time, and one with the clock a day behind after it does not go
+    back before it."""
+    pytest.importorskip("langgraph")
+
+    def put(offset: str | None, value: str) -> int:
+        command = [sys.executable, "-c", PUT, str(agent), value]
+        if offset is not None:
+            assert FAKETIME is not None
+            command = [FAKETIME, "-f", offset, *command]
+        out = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                             check=False, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert out.returncode == 0, out.stderr
+        refs = subprocess.run(["git", "-C", str(agent / "state"), "for-each-ref",
+                               "--format=%(committerdate:unix)", "refs/gitstate/threads/"],
+                              capture_output=True, text=True, check=True).stdout.split()
+        return max(int(r) for r in refs)
+
+    _cli(agent, None, "set", "anchor", "1", "--reason", "the clock's anchor")
+    start = time.time()
+    ahead = put("+2d", "ahead")
+    assert ahead < start + 3600, (ahead - start) / 3600  # not two days ahead
+    behind = put("-1d", "behind")
+    assert behind >= ahead  # never back within the thread's ref
