@@ -149,8 +149,8 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
         return self.store.git_dir / layout.THREAD_LOCK_FILE.format(
             digest=self._digest(thread_id))
 
-    def _lock(self, thread_id: str) -> Any:
-        return self.fence.locked(thread_id)
+    def _lock(self, thread_id: str) -> Any:  # deletes, prunes, copies: fenced (lgfence)
+        return self.fence.guarded(thread_id)
 
     def claim(self, thread_id: str) -> int:
         """Become the thread's one writer now (docs/langgraph.md, "One writer per
@@ -350,7 +350,7 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
         super-step), each namespace's on its ref, so that git alone (a push, a clone, an
         auditor) has them; returns the new commits. A put does this by itself."""
         out = []
-        with self.mutex, self._lock(str(thread_id)):
+        with self.mutex, self.fence.locked(str(thread_id)):  # writes already made durable
             journal = self._journal(str(thread_id))
             pending = journal.read()
             for ns in sorted({w.ns for w in pending}):

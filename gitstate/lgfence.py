@@ -90,6 +90,17 @@ class ThreadFence:
             self._check(thread_id, fd)
             yield
 
+    @contextlib.contextmanager
+    def guarded(self, thread_id: str) -> Iterator[None]:
+        """The thread's lock for a change other than a checkpoint write (a delete, a prune,
+        a copy onto it): refused to an owner the thread was taken from, as its writes are;
+        an owner that never wrote the thread (an operator's pruning process) neither claims
+        it nor is refused."""
+        with _disk_full(thread_id), locking.exclusive(self._path(thread_id)) as fd:
+            if thread_id in self.held or thread_id in self.lost:
+                self._check(thread_id, fd)
+            yield
+
     def claim(self, thread_id: str) -> int:
         """Take the thread: writers that held it are refused from their next write on.
         Returns the claim's number."""

@@ -66,6 +66,29 @@ def test_a_superseded_saver_is_refused_and_writes_nothing(tmp_path: Path) -> Non
             _put(second, "second-2", mine)
 
 
+def test_a_superseded_saver_cannot_delete_prune_or_copy_over_the_thread(
+        tmp_path: Path) -> None:
+    """Deletes, prunes and copies onto a thread are fenced like its writes: the superseded
+    saver's are refused and leave the thread as its new writer has it; a saver that never
+    wrote the thread (an operator's pruning process) may prune it without taking it."""
+    agent = tmp_path / "agent"
+    with GitCheckpointSaver(agent) as first, GitCheckpointSaver(agent) as second:
+        mine = _put(first, "first-1")
+        theirs = _put(second, "second-1", mine)
+        _put(second, "second-2", theirs)
+        head = _head(second)
+        for attempt in (lambda: first.delete_thread("t"), lambda: first.prune(["t"]),
+                        lambda: first.prune(["t"], strategy="delete"),
+                        lambda: first.copy_thread("other", "t")):
+            with pytest.raises(ThreadSuperseded):
+                attempt()
+            assert _head(second) == head
+        assert second.get_tuple(CONF) is not None
+    with GitCheckpointSaver(agent) as operator:
+        operator.prune(["t"], keep=1)  # never wrote it: prunes without a claim
+        assert operator.fence.holder("t")["owner"] == second.fence.owner  # type: ignore[index]
+
+
 def test_savers_naming_one_owner_share_the_claim(tmp_path: Path) -> None:
     agent = tmp_path / "agent"
     with GitCheckpointSaver(agent, owner="pool-1") as a, \
