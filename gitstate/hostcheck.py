@@ -94,35 +94,14 @@ def check(host: str, scope: str, project: Path, home: Path) -> str:
 def _check_codex(codex: str, project: Path) -> str:
     """Codex's app-server (what its TUI and IDE extensions use) starts the configured
     servers; ``mcpServerStatus/list`` reports each one's tools and server info."""
-    requests = [
+    requests: list[dict[str, Any]] = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize",
          "params": {"clientInfo": {"name": "gitstate-install", "title": "gitstate install",
                                    "version": "1"}}},
         {"jsonrpc": "2.0", "method": "initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "mcpServerStatus/list", "params": {}},
     ]
-    proc = subprocess.Popen([codex, "app-server"], cwd=project, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdin is not None and proc.stdout is not None
-    status: dict[str, Any] | None = None
-    try:
-        timer = threading.Timer(CHECK_SECONDS, proc.kill)
-        timer.start()
-        for request in requests:
-            proc.stdin.write(json.dumps(request) + "\n")
-        proc.stdin.flush()
-        for raw in proc.stdout:
-            try:
-                message = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(message, dict) and message.get("id") == 2:
-                status = message
-                break
-        timer.cancel()
-    finally:
-        proc.kill()
-        proc.wait()
+    status = _exchange([codex, "app-server"], project, requests)
     if status is None or not isinstance(status.get("result"), dict):
         raise NotConnected(f"codex app-server gave no server status: {status}")
     servers = status["result"].get("data") or []
@@ -172,13 +151,24 @@ def _check_codex_project(codex: str, project: Path) -> str:
 def _stdio_tools(argv: list[str], cwd: Path) -> list[str]:
     """The tool names an MCP server started as ``argv`` lists (initialize, then
     tools/list, raw JSON-RPC over its stdio)."""
-    requests = [
+    requests: list[dict[str, Any]] = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize",
          "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                     "clientInfo": {"name": "gitstate-install", "version": "1"}}},
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
     ]
+    answer = _exchange(argv, cwd, requests)
+    if answer is not None:
+        tools = (answer.get("result") or {}).get("tools") or []
+        return [str(t.get("name")) for t in tools if isinstance(t, dict)]
+    raise NotConnected(f"`{shlex.join(argv)}` did not answer tools/list")
+
+
+def _exchange(argv: list[str], cwd: Path, requests: list[dict[str, Any]]
+              ) -> dict[str, Any] | None:
+    """Start ``argv``, write ``requests`` as JSON-RPC lines on its stdin and return the
+    answer to the last one (its id), or None when it ends or CHECK_SECONDS pass first."""
     try:
         proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True)
@@ -195,11 +185,10 @@ def _stdio_tools(argv: list[str], cwd: Path) -> list[str]:
                 message = json.loads(raw)
             except ValueError:
                 continue
-            if isinstance(message, dict) and message.get("id") == 2:
-                tools = (message.get("result") or {}).get("tools") or []
-                return [str(t.get("name")) for t in tools if isinstance(t, dict)]
+            if isinstance(message, dict) and message.get("id") == requests[-1]["id"]:
+                return message
     finally:
         timer.cancel()
         proc.kill()
         proc.wait()
-    raise NotConnected(f"`{shlex.join(argv)}` did not answer tools/list")
+    return None
