@@ -13,7 +13,8 @@ neither needs nor runs:
 
 * a checkpoint commit: ``checkpoint`` and ``metadata``, ``channel.<name>`` files (names as
   the saver encodes them), every new file typed as the saver writes it (``<kind>\\0...``,
-  no pickle), ``pending-writes`` exactly when ``Gitstate-Writes-For`` names checkpoints;
+  no pickle, no ``msgpack`` extension that would construct more than plain data:
+  gitstate/lgvalue.py), ``pending-writes`` exactly when ``Gitstate-Writes-For`` names checkpoints;
   its id new on the ref, its parent checkpoint one the ref already had;
   ``Gitstate-Latest`` the newest id so far;
 * a pending-writes commit: the parent's tree but for ``pending-writes``;
@@ -42,10 +43,13 @@ from .lgformat import (
     CHANNEL,
     EMPTY,
     LAYOUT,
+    LINE_BREAKS,
     PREFIX,
     WRITES_FILE,
+    check_ids,
     checkpoint_head,
     checkpoint_message,
+    commit_kind,
     dec,
     delete_runs_message,
     enc,
@@ -54,11 +58,13 @@ from .lgformat import (
     refuse_secrets,
     writes_message,
 )
+from .lgvalue import UnsafeValue, check_typed
 
 if TYPE_CHECKING:
     from .store import GitStore
 
 FILE_MAX = 64 << 20  # one checkpoint file (a channel's value, serialized)
+COMMIT_MAX = 2 * FILE_MAX  # all the files of one commit, counted by name (as read)
 ID_MAX = 200
 _KIND = re.compile(rb"[a-z][a-z0-9_+.-]{0,31}")
 
@@ -91,15 +97,16 @@ class ThreadState:
     time: int | None = None
 
     def apply(self, fields: dict[str, Any]) -> None:
-        if "Checkpoint" in fields:
+        kind = commit_kind(fields)
+        if kind == "checkpoint":
             cid = str(fields["Checkpoint"])
             self.seen.add(cid)
             run = fields.get("Run-Id")
             self.visible[cid] = None if run is None else str(run)
-        elif "Delete-Runs" in fields:
+        elif kind == "delete-runs":
             runs = {str(r) for r in fields["Delete-Runs"]}
             self.visible = {c: r for c, r in self.visible.items() if r not in runs}
-        elif "Prune-Keep" in fields:
+        elif kind == "prune":
             kept = {str(k) for k in fields["Prune-Keep"]}
             self.visible = {c: r for c, r in self.visible.items() if c in kept}
         latest = fields.get("Latest")
@@ -139,6 +146,10 @@ def check_thread(store: GitStore, ref: str, old: str | None, new: str,
     if where is None:
         return [Problem(new, "remote.ref_name", f"{ref[:200]!r} is not a thread ref the "
                         "saver writes (refs/gitstate/threads/<thread>/<ns>/checkpoints)")]
+    try:
+        check_ids(*where)
+    except InvalidInput as exc:
+        return [Problem(new, exc.rule, f"the ref's thread id or namespace: {exc.message}")]
     chain, refused = linear_chain(store, old, new)
     if refused is not None:
         return [refused]
@@ -172,9 +183,14 @@ def _check_commit(store: GitStore, commit: str, ns: str, state: ThreadState,
     files = _tree(store, commit)
     message = store.commit_info(commit).message
     try:
-        message.decode("utf-8")
+        text = message.decode("utf-8")
     except UnicodeDecodeError:
         raise _Refusal("commit.encoding", "the commit message is not UTF-8") from None
+    odd = next((ch for ch in text if ch in LINE_BREAKS), None)
+    if odd is not None:
+        raise _Refusal("commit.line_break", f"the commit message holds U+{ord(odd):04X}, a "
+                       "line break other than \\n: the saver never writes one, and readers "
+                       "that split lines there would see other trailers")
     fields = _fields(message)
     if fields.get("Layout") != LAYOUT:
         raise _Refusal("thread.layout", f"a thread commit without Gitstate-Layout: {LAYOUT} "
@@ -203,6 +219,7 @@ def _check_commit(store: GitStore, commit: str, ns: str, state: ThreadState,
 
 def _tree(store: GitStore, commit: str) -> dict[str, str]:
     files: dict[str, str] = {}
+    total = 0
     for raw, mode, sha in store.tree_entries(commit):
         name = raw.decode("utf-8", "replace")
         if name not in ("checkpoint", "metadata", WRITES_FILE) and not (
@@ -217,6 +234,11 @@ def _tree(store: GitStore, commit: str) -> dict[str, str]:
         if size > FILE_MAX:
             raise _Refusal("tree.too_large", f"{name[:80]} is {size} bytes; the limit is "
                            f"{FILE_MAX}")
+        total += size
+        if total > COMMIT_MAX:
+            raise _Refusal("tree.total_too_large", f"the files of the commit, counted by "
+                           f"name, are over {COMMIT_MAX} bytes (one blob named many times "
+                           "counts each time: a reader inflates it each time)")
         files[name] = sha
     return files
 
@@ -264,6 +286,7 @@ def _checkpoint(store: GitStore, fields: dict[str, Any], files: dict[str, str], 
                 b"\0" not in data or not _KIND.fullmatch(kind) or b"pickle" in kind):
             raise _Refusal("thread.value", f"{name[:80]} is not a value the saver writes "
                            "(<serde kind>\\0<bytes>; pickle is never taken)")
+        _safe(name, kind.decode(), data.partition(b"\0")[2])
     head = checkpoint_head(cid, parent, fields.get("Source"), fields.get("Step"), run_id)
     refuse_secrets(new, "\n".join(head))
     if writes_for:
@@ -290,6 +313,7 @@ def _writes(store: GitStore, files: dict[str, str], writes_for: list[str], ns: s
         if not isinstance(w.idx, int) or isinstance(w.idx, bool):
             raise _Refusal("thread.writes", "a pending write's index is not an integer")
         rules.check_secret(w.task_id, "a checkpoint file name (channel, version or task)")
+        _safe(f"a pending write of {w.task_id[:40]!r}", w.kind, w.value)
     if sorted({w.checkpoint for w in records}) != writes_for:
         raise _Refusal("thread.writes", "Gitstate-Writes-For is not the checkpoints "
                        f"{WRITES_FILE} holds writes for")
@@ -297,6 +321,16 @@ def _writes(store: GitStore, files: dict[str, str], writes_for: list[str], ns: s
         refuse_secrets({f"pending write {w.task_id}/{w.idx} ({w.channel})": w.value
                         for w in records}, " ".join(f"{w.task_path} {w.checkpoint}"
                                                     for w in records))
+
+
+def _safe(what: str, kind: str, body: bytes) -> None:
+    """No value from elsewhere that would construct an object when decoded
+    (gitstate/lgvalue.py)."""
+    try:
+        check_typed(kind, body)
+    except UnsafeValue as exc:
+        raise _Refusal("thread.unsafe_value", f"{what[:80]} holds {exc}; a value from "
+                       "elsewhere may only construct plain data when decoded") from None
 
 
 def _tombstone(fields: dict[str, Any], files: dict[str, str], state: ThreadState) -> bytes:

@@ -16,8 +16,8 @@ import re
 from typing import Any
 from urllib.parse import unquote
 
-from . import layout, rules, secretscan
-from .errors import StoreError
+from . import layout, rules, secretscan, textsafe
+from .errors import InvalidInput, StoreError
 from .trailers import encode_json
 
 PREFIX = layout.THREADS_PREFIX
@@ -26,6 +26,9 @@ LAYOUT = 2  # the ``Gitstate-Layout`` of commits written now; without it: 1 (blo
 CHANNEL = "channel."
 WRITES_FILE = "pending-writes"
 EMPTY = b"empty\0"  # a channel in the versions with no value
+# What str.splitlines (and so many readers) breaks a line at, but for "\n": a commit message
+# holding one would show one reader a trailer another does not see. Never written; refused.
+LINE_BREAKS = frozenset("\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
 _KEEP = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 
 
@@ -62,9 +65,21 @@ def untyped(raw: bytes) -> tuple[str, bytes]:
 def ids(conf: dict[str, Any]) -> tuple[str, str]:
     """A write's thread id and namespace, which become a ref name: scanned for secrets."""
     thread_id, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
-    rules.check_secret(thread_id, "the thread id")
-    rules.check_secret(ns, "the checkpoint namespace")
+    check_ids(thread_id, ns)
     return thread_id, ns
+
+
+def check_ids(thread_id: str, ns: str) -> None:
+    """The checks of a thread id and namespace, written here or arriving in a ref name
+    (gitstate/lgcheck.py): nothing secret (secretscan), no control, invisible or
+    direction-changing character (textsafe.hidden: what could disguise the name in a log
+    or a listing)."""
+    for text, what in ((thread_id, "the thread id"), (ns, "the checkpoint namespace")):
+        rules.check_secret(text, what)
+        odd = next((ch for ch in text if textsafe.hidden(ch) and ch != " "), None)
+        if odd is not None:
+            raise InvalidInput(f"{what} holds U+{ord(odd):04X}, a control, invisible or "
+                               "direction-changing character", rule="thread.id_text")
 
 
 def refuse_secrets(files: dict[str, bytes], message: str) -> None:
@@ -134,12 +149,30 @@ def trailer_json(fields: dict[str, str], name: str, commit: str) -> Any:
 
 
 def parse_trailers(message: bytes) -> dict[str, str]:
+    """The ``Gitstate-`` trailers of a thread commit: the one parser of the reader
+    (gitstate/lgread.py) and the rule of foreign commits (gitstate/lgcheck.py). Lines end
+    at "\\n" only (never at the other breaks str.splitlines knows: see LINE_BREAKS), and
+    only the block after the summary's blank line holds trailers: no summary text, however
+    made, is ever read as one."""
     out = {}
-    for line in message.decode("utf-8", "replace").splitlines():
+    _summary, _, block = message.decode("utf-8", "replace").partition("\n\n")
+    for line in block.split("\n"):
         name, sep, value = line.partition(": ")
         if sep and name.startswith("Gitstate-"):
             out[name[9:]] = value
     return out
+
+
+def commit_kind(fields: dict[str, Any]) -> str:
+    """What a thread commit is, from its trailers, as the reader and the rule of foreign
+    commits both decide it: ``checkpoint`` (its Gitstate-Checkpoint wins over any other
+    trailer), ``delete-runs``, ``prune`` or ``writes``; a trailer of another kind on a
+    commit is never applied."""
+    for trailer, kind in (("Checkpoint", "checkpoint"), ("Delete-Runs", "delete-runs"),
+                          ("Prune-Keep", "prune")):
+        if trailer in fields:
+            return kind
+    return "writes"
 
 
 def json_or_none(value: Any) -> Any:
@@ -157,8 +190,8 @@ def checkpoint_head(cid: str, parent: str | None, source: Any, step: Any,
                     run_id: str | None) -> list[str]:
     """The summary line and the first trailers of a checkpoint commit (what ``put`` scans
     for secrets before taking the lock)."""
-    summary = f"checkpoint {cid}: step {step} ({source})".replace("\n", " ")
-    lines = [summary[:200], "",
+    summary = _summary(f"checkpoint {cid}: step {step} ({source})")
+    lines = [summary, "",
              f"Gitstate-Checkpoint: {encode_json(cid)}",
              f"Gitstate-Parent-Checkpoint: {encode_json(parent)}",
              f"Gitstate-Source: {encode_json(source)}",
@@ -166,6 +199,12 @@ def checkpoint_head(cid: str, parent: str | None, source: Any, step: Any,
     if run_id is not None:
         lines.append(f"Gitstate-Run-Id: {encode_json(run_id)}")
     return lines
+
+
+def _summary(text: str) -> str:
+    """A summary line: one line, every control, invisible or line-breaking character
+    escaped (``\\uXXXX``), at most 200 characters."""
+    return textsafe.visible(text.replace("\n", " "))[:200]
 
 
 def checkpoint_message(head: list[str], latest: str, writes_for: list[str]) -> bytes:
@@ -184,7 +223,7 @@ def writes_message(writes_for: list[str], latest: str | None) -> bytes:
 
 
 def _tombstone(summary: str, trailer: str, value: object, latest: str | None) -> bytes:
-    return (f"{summary}\n\nGitstate-{trailer}: {encode_json(value)}\n"
+    return (f"{_summary(summary)}\n\nGitstate-{trailer}: {encode_json(value)}\n"
             f"Gitstate-Latest: {encode_json(latest)}\nGitstate-Layout: {LAYOUT}\n").encode()
 
 

@@ -19,6 +19,7 @@ from .lgformat import (
     PREFIX,
     WRITES_FILE,
     channel_file,
+    commit_kind,
     dec,
     digest,
     enc,
@@ -124,9 +125,10 @@ class ThreadReads:
             fields = parse_trailers(info.message)
             writes_for = tuple(str(c) for c in trailer_json(fields, "Writes-For", info.id)) \
                 if "Writes-For" in fields and "Layout" in fields else ()
-            if "Delete-Runs" in fields:
+            kind = commit_kind(fields)  # as the rule of foreign commits decides it
+            if kind == "delete-runs":
                 deleted |= {str(r) for r in trailer_json(fields, "Delete-Runs", info.id)}
-            elif "Prune-Keep" in fields and keep is None:  # the newest prune decides
+            elif kind == "prune" and keep is None:  # the newest prune decides
                 kept = trailer_json(fields, "Prune-Keep", info.id)
                 keep = {str(k) for k in (kept if isinstance(kept, list) else [kept])}
             cid = str(trailer_json(fields, "Checkpoint", info.id)) \

@@ -213,6 +213,52 @@ def _latest(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
     return tree, fresh.replace(b'Latest: "1f1ef2ff', b'Latest: "0f1ef2ff')
 
 
+# A msgpack extension LangGraph's default decoder turns into os.system("true") (harmless
+# here, but any command): refused on arrival, never decoded.
+_CALL = b"\xc7\x11\x01\x93\xa2os\xa6system\x91\xa4true"
+
+
+def _msgpack_call(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
+    _blob(repo, tree, b"channel.order", b"msgpack\0" + _CALL)
+    return _fresh(tree, message)
+
+
+def _pending_call(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
+    """A next checkpoint whose pending write holds the call."""
+    from gitstate import lgjournal
+    from gitstate.lgformat import checkpoint_head, checkpoint_message, parse_trailers
+
+    tree, _ = _fresh(tree, message)
+    head = json.loads(parse_trailers(message)["Checkpoint"])
+    new = "1f1ef2ff-ffff-6fff-8fff-ffffffffffff"
+    write = lgjournal.Write(new, "", "task-1", "~__pregel_pull, n", "order", 0, "msgpack",
+                            _CALL)
+    _blob(repo, tree, b"pending-writes", lgjournal.encode([write]))
+    return tree, checkpoint_message(checkpoint_head(new, head, "loop", 2, None),
+                                    max(new, head), [new])
+
+
+def _smuggled(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
+    """A summary whose U+001C (a line break to str.splitlines) starts a Prune-Keep
+    trailer: a reader splitting there would rewind the thread."""
+    from gitstate.lgformat import parse_trailers
+
+    first = json.loads(parse_trailers(message)["Checkpoint"])
+    tree, fresh = _fresh(tree, message)
+    summary, _, rest = fresh.partition(b"\n")
+    smuggled = f'\x1cGitstate-Prune-Keep: ["{first}"]\x1c'.encode()
+    return tree, summary[:-1] + smuggled + b")\n" + rest
+
+
+def _fanout(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
+    """One 9 MiB blob named by 15 channels: a tiny pack that inflates to 135 MiB."""
+    blob = Blob.from_string(b"json\0[" + b" " * (9 << 20) + b"]")
+    repo.object_store.add_object(blob)
+    for i in range(15):
+        tree.add(f"channel.c{i:02d}".encode(), 0o100644, blob.id)
+    return _fresh(tree, message)
+
+
 def _honest(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
     """The control: a next checkpoint as the saver writes it passes."""
     return _fresh(tree, message)
@@ -222,7 +268,11 @@ def _honest(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
                                           (_pickle, "thread.value"),
                                           (_secret, "secret."),
                                           (_stray, "tree.unknown_name"),
-                                          (_latest, "thread.rederive")])
+                                          (_latest, "thread.rederive"),
+                                          (_msgpack_call, "thread.unsafe_value"),
+                                          (_pending_call, "thread.unsafe_value"),
+                                          (_smuggled, "commit.line_break"),
+                                          (_fanout, "tree.total_too_large")])
 def test_a_forged_thread_commit_is_refused_on_pull_and_by_the_hook(
         tmp_path: Path, forgery: Callable[[Repo, Tree, bytes], tuple[Tree, bytes]],
         rule: str) -> None:
@@ -281,3 +331,43 @@ def test_the_hook_refuses_deleting_or_rewriting_a_thread(tmp_path: Path) -> None
                               str(guarded), f"{first}:{REF}"], capture_output=True,
                              text=True, timeout=120, check=False)
     assert rewound.returncode != 0 and "history.not_descendant" in rewound.stderr
+
+
+@pytest.mark.parametrize("name,rule", [("x%1B%5B31mRED%1B%5B0m", "thread.id_text"),
+                                       ("a%E2%80%AEgpj", "thread.id_text"),
+                                       ("ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5",
+                                        "secret.")])
+def test_a_thread_id_in_a_ref_name_is_checked_as_the_saver_checks_one(
+        tmp_path: Path, name: str, rule: str) -> None:
+    """A thread pushed under an id the saver would refuse (a control or bidi character, a
+    token) is refused by the hook and on pull, as a local put of that id is."""
+    bare, _a = _interrupted(tmp_path)
+    b = tmp_path / "b"
+    StateRepo.clone(str(bare), b).close()
+    guarded = tmp_path / "srv" / "guarded.git"
+    subprocess.run([GIT or "git", "init", "-q", "--bare", str(guarded)], check=True)
+    install_pre_receive(guarded, tmp_path)
+    head = git(bare, "rev-parse", REF).stdout.strip()
+    odd = f"refs/gitstate/threads/{name}/%/checkpoints"
+    pushed = subprocess.run([GIT or "git", "-C", str(bare), "push", str(guarded),
+                             f"{head}:{odd}"], capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert pushed.returncode != 0 and rule in pushed.stderr, pushed.stderr
+    git(bare, "update-ref", odd, head)
+    with StateRepo(b) as repo, pytest.raises(Refused) as refused:
+        repo.pull_threads(True)
+    assert refused.value.rule == "remote.thread_invalid" and rule in refused.value.message
+    assert git(b / "state", "for-each-ref", "refs/gitstate/threads/").stdout == ""
+
+
+def test_the_saver_escapes_line_breaks_in_a_summary(tmp_path: Path) -> None:
+    """No character a reader could split a line at reaches a message the saver builds."""
+    from gitstate.lgformat import LINE_BREAKS, checkpoint_head, checkpoint_message
+
+    source = "loop" + "".join(sorted(LINE_BREAKS)) + "Gitstate-Prune-Keep: []"
+    message = checkpoint_message(checkpoint_head("c1", None, source, 1, None), "c1", [])
+    text = message.decode()
+    assert not set(text) & LINE_BREAKS
+    assert [line.split(": ")[0] for line in text.split("\n")[2:-1]] == [
+        "Gitstate-Checkpoint", "Gitstate-Parent-Checkpoint", "Gitstate-Source",
+        "Gitstate-Step", "Gitstate-Latest", "Gitstate-Writes-For", "Gitstate-Layout"]
