@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 
 from .layout import HISTORY_FILE as HISTORY_FILE  # re-exported for callers
 from .layout import STATE_FILE as STATE_FILE
@@ -98,6 +99,15 @@ def local_text(stamp: str | None, zone: tzinfo) -> str:
         return parse_time(stamp).astimezone(zone).isoformat()
     except ValueError:
         return stamp
+
+
+_STORED_TIME = re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\b")
+
+
+def local_times_in(text: str, zone: tzinfo) -> str:
+    """``text`` with every stored time in it (``2026-08-13T03:03:00Z``, as a refusal's
+    message quotes a key's set time) shown as :func:`local_text` shows one."""
+    return _STORED_TIME.sub(lambda m: local_text(m.group(0), zone), text)
 
 
 def canonical_text(value: Value | None) -> str:

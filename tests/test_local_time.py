@@ -64,6 +64,18 @@ def test_text_output_is_local_with_its_offset_and_json_stays_utc(demo: Path) -> 
     assert data["keys"]["stop_loss.2317"]["set_at"] == "2026-08-13T06:20:00Z"
 
 
+def test_a_refusal_quotes_times_in_the_agents_zone(demo: Path) -> None:
+    """A refusal's message names the value's set time as every other output does, in the
+    agent's zone with its offset (it said 06:20:00Z in a +08:00 agent); --json keeps UTC."""
+    out = run_cli("set", "stop_loss.2317", "1", "--reason", "r", "--expect", "5",
+                  agent_dir=demo)
+    assert out.returncode == 1 and "HEAD holds 258 (set 2026-08-13T14:20:00+08:00" in \
+        out.stderr, out.stderr
+    out = run_cli("set", "stop_loss.2317", "1", "--reason", "r", "--expect", "5", "--json",
+                  agent_dir=demo)
+    assert json.loads(out.stdout)["current"]["set_at"] == "2026-08-13T06:20:00Z"
+
+
 def test_without_a_configured_zone_the_machines_zone_is_the_agents(tmp_path: Path) -> None:
     """No [gitstate] timezone: the machine's zone (TZ here), for reading and printing."""
     run_cli("init", agent_dir=tmp_path)

@@ -17,6 +17,7 @@ import click
 
 from .. import textsafe
 from ..errors import DISK_FULL_HINT, GitStateError
+from ..model import local_times_in
 from .context import EXIT_STORE, Ctx
 
 COMMANDS: dict[str, str] = {
@@ -105,6 +106,20 @@ def cli(ctx: click.Context, agent_dir: Path) -> None:
     written); 2 a usage error or an uninitialised directory; 3 the repository cannot be used.
     """
     ctx.obj = Ctx(agent_dir)
+    _CONTEXTS[:] = [ctx.obj]
+
+
+_CONTEXTS: list[Ctx] = []
+"""The command's context, for the error printer (which runs after click's context ends)."""
+
+
+def _local(message: str) -> str:
+    """A message's stored times in the agent's zone, as every other output shows them;
+    as they are when the zone cannot be read (the error may be that very config)."""
+    try:
+        return local_times_in(message, _CONTEXTS[-1].zone) if _CONTEXTS else message
+    except GitStateError:
+        return message
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             from ..results import refusal, to_json
 
             click.echo(textsafe.dumps(to_json(refusal(exc)), indent=2))
-        message = textsafe.visible(exc.message)  # it may quote a value or a reason
+        message = textsafe.visible(_local(exc.message))  # it may quote a value or a reason
         click.echo(f"gitstate: refused [{exc.rule}]: {message}"
                    if exc.exit_code == 1 else f"gitstate: error [{exc.rule}]: {message}",
                    err=True)
