@@ -266,12 +266,16 @@ def config_from_dict(raw: dict[str, Any], *, source: str = "config") -> Config:
 
 def check_timezone(name: str) -> None:
     """Refuse a time zone name that the zoneinfo database does not know."""
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise _error(f"unknown time zone {name!r}", rule="config.timezone") from exc
+        from .errors import did_you_mean
+
+        raise _error(f"unknown time zone {name!r} (an IANA name such as 'Asia/Taipei' or "
+                     f"'UTC')." + did_you_mean(name, available_timezones()),
+                     rule="config.timezone") from exc
 
 
 def resolve_tz(name: str | None) -> tzinfo:

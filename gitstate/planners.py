@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
 from . import checks, rules
-from .errors import InvalidInput, Refused
+from .errors import InvalidInput, Refused, did_you_mean
 from .layout import SCHEMA_FILE
 from .model import Entry, Handoff, State, Value, format_time
 from .results import WriteResult
@@ -110,8 +110,8 @@ def plan_clear(base: Base, writer: str | None, *, key: str, reason: str, expecte
     if expected is not UNSET:
         checks.expected(key, old, expected, base.now)
     if old is None:
-        raise InvalidInput(f"key {key!r} is not set; nothing to clear", rule="clear.absent",
-                           key=key)
+        raise InvalidInput(f"key {key!r} is not set; nothing to clear."
+                           + did_you_mean(key, base.state.keys), rule="clear.absent", key=key)
     change = Change(op="clear", reason=reason, actor=actor, key=key, old=old.value)
     return Plan(base.state.with_key(key, None), change,
                 WriteResult("clear", "", key=key, old=old), schema=base.schema)

@@ -44,9 +44,29 @@ def test_a_negative_number_is_a_value(tmp_path: Path) -> None:
             == want, args
     out = run_cli("set", "note", "-y", "-r", "r", agent_dir=tmp_path)
     assert out.returncode == 2 and "gitstate set KEY -- -y" in out.stderr
+    out = run_cli("set", "note", "-abc", "-r", "r", agent_dir=tmp_path)  # the whole word
+    assert out.returncode == 2 and "gitstate set KEY -- -abc ..." in out.stderr
     out = run_cli("set", "note", "1", "--reasn", "r", agent_dir=tmp_path)
     assert out.returncode == 2 and "--reason" in out.stderr
     assert "set offset -5" in run_cli("set", "--help").stdout
+
+
+def test_a_name_that_does_not_exist_suggests_the_nearest(tmp_path: Path) -> None:
+    """clear of a typo and a time zone typo say which name was meant."""
+    run_cli("init", agent_dir=tmp_path)
+    run_cli("set", "offset", "1", "--reason", "r", agent_dir=tmp_path)
+    out = run_cli("clear", "offest", "--reason", "r", agent_dir=tmp_path)
+    assert out.returncode == 1 and "Did you mean 'offset'?" in out.stderr
+    (tmp_path / "config.toml").write_text('[gitstate]\ntimezone = "Asia/Taipeh"\n')
+    out = run_cli("get", agent_dir=tmp_path)
+    assert "[config.timezone]" in out.stderr and "Did you mean 'Asia/Taipei'?" in out.stderr
+
+
+def test_options_that_contradict_each_other_are_refused(tmp_path: Path) -> None:
+    run_cli("init", agent_dir=tmp_path)
+    for args in (["--limit", "2", "--all"], ["--json", "--jsonl"]):
+        out = run_cli("log", *args, agent_dir=tmp_path)
+        assert out.returncode == 2 and "contradict" in out.stderr, (args, out.stderr)
 
 
 def _git(cwd: Path, *args: str) -> None:

@@ -121,9 +121,11 @@ class ValueArgs(click.Command):
         except click.NoSuchOption as exc:
             if exc.option_name.startswith("--"):
                 raise
+            # click names the first letter of a cluster (-abc -> -a): show the whole word
+            word = next((w for w in args if w.startswith(exc.option_name)), exc.option_name)
             raise click.UsageError(
                 f"{exc.message.rstrip('.')}; a value that starts with - follows --: "
-                f"`{ctx.command_path} KEY -- {exc.option_name} ...`", ctx) from None
+                f"`{ctx.command_path} KEY -- {word} ...`", ctx) from None
 
 
 def parse_value(text: str, as_string: bool = False) -> Scalar:
@@ -197,6 +199,8 @@ def jsonl_option(f: F) -> F:
 def limited(items: Iterable[T], limit: int | None, show_all: bool) -> tuple[list[T], int]:
     """The first ``limit`` items (default :data:`DEFAULT_LIMIT`; all with ``show_all``), and
     how many more there were."""
+    if show_all and limit is not None:
+        raise click.UsageError("--limit and --all contradict each other: give one")
     cap = None if show_all else limit or DEFAULT_LIMIT
     out: list[T] = []
     more = 0
@@ -221,6 +225,8 @@ def listing(name: str, items: list[Any], more: int, as_json: bool, as_jsonl: boo
     terminal-safe JSON form); then, when it was cut, :func:`more_note`."""
     from ..results import to_json
 
+    if as_json and as_jsonl:
+        raise click.UsageError("--json and --jsonl contradict each other: give one")
     data = to_json(items)
     if as_json:
         click.echo(textsafe.dumps({name: data, "more": more}, indent=2))
