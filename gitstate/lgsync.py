@@ -26,9 +26,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import layout, locking
-from .errors import Refused
+from .errors import InvalidInput, Refused
 from .lgcheck import check_thread, parse_ref
-from .lgformat import PREFIX, digest
+from .lgformat import PREFIX, check_ids, digest
 from .lgjournal import Journal
 
 if TYPE_CHECKING:
@@ -57,6 +57,19 @@ def _chosen(refs: dict[str, str], threads: Threads) -> dict[str, tuple[str, str]
 def _lock(store: GitStore, thread_id: str) -> AbstractContextManager[int]:
     return locking.exclusive(store.git_dir / layout.THREAD_LOCK_FILE.format(
         digest=digest(thread_id)))
+
+
+def _shown(ref: str, name: str) -> str:
+    """``name`` (a thread ref's id, or the ref) as a refusal shows it: never when the
+    ref's thread id or namespace is one the saver would refuse (a token, a control
+    character); the ref's digest stands for it then."""
+    where = parse_ref(ref)
+    try:
+        if where is not None:
+            check_ids(*where)
+    except InvalidInput:
+        return f"<thread ref {digest(ref)}, its name withheld>"
+    return name
 
 
 def asked(store: GitStore, threads: Threads) -> list[str]:
@@ -113,7 +126,7 @@ def pull(store: GitStore, url: str, threads: Threads,
                     continue
                 problems = check_thread(got.store, ref, mine, head)
                 if problems:
-                    bad[thread] = str(problems[0])
+                    bad[_shown(ref, thread)] = str(problems[0])
                 else:
                     accepted[ref] = (thread, mine, head)
             if bad:
@@ -140,12 +153,14 @@ def pull(store: GitStore, url: str, threads: Threads,
 def verify_pushed(store: GitStore, ref: str, old: str | None, new: str | None) -> list[str]:
     """The pre-receive check of one thread ref update: no deletion, no rewrite, every new
     commit re-derived (gitstate/lgcheck.py)."""
-    if parse_ref(ref) is None:
+    where = parse_ref(ref)
+    if where is None:
         return [f"{ref[:200]!r}: [remote.ref_name] not a thread ref the saver writes "
                 "(refs/gitstate/threads/<thread>/<ns>/checkpoints)"]
+    shown = _shown(ref, ref)
     if new is None:
-        return [f"deleting {ref} is refused: a thread's history is kept"]
-    return [f"{ref}: {p}" for p in check_thread(store, ref, old, new)]
+        return [f"deleting {shown} is refused: a thread's history is kept"]
+    return [f"{shown}: {p}" for p in check_thread(store, ref, old, new)]
 
 
 class ThreadTravel:

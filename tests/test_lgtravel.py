@@ -358,6 +358,10 @@ def test_a_thread_id_in_a_ref_name_is_checked_as_the_saver_checks_one(
         repo.pull_threads(True)
     assert refused.value.rule == "remote.thread_invalid" and rule in refused.value.message
     assert git(b / "state", "for-each-ref", "refs/gitstate/threads/").stdout == ""
+    hook = "".join(line for line in pushed.stderr.splitlines(True)
+                   if line.startswith("remote:"))  # not git's own report of the push
+    shown = f"{hook}{refused.value.message}{refused.value.details}"
+    assert name not in shown and "\x1b" not in shown  # the name is withheld, not echoed
 
 
 def test_the_saver_escapes_line_breaks_in_a_summary(tmp_path: Path) -> None:
