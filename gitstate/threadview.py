@@ -2,9 +2,9 @@
 
 The log lists a thread's commits newest first (checkpoints with their step, source, parent
 and run; tombstones of deleted runs and prunes), straight from the thread ref's trailers.
-show and diff decode checkpoints through the checkpointer itself (gitstate/langgraph.py, so
-LangGraph's serde), and name the channels a checkpoint changed (channel files whose blob
-its commit changed).
+show and diff decode checkpoints through the checkpointer itself (gitstate/langgraph.py), with
+LangGraph's strict serde (nothing outside its plain-data allow-list is constructed), and
+name the channels a checkpoint changed (channel files whose blob its commit changed).
 Values are shown as JSON where they are JSON, else as their text form.
 """
 
@@ -22,13 +22,19 @@ if TYPE_CHECKING:
 
 
 def _saver(agent_dir: Any) -> GitCheckpointSaver:
+    """A saver for showing, with LangGraph's strict serde: a value whose msgpack names a
+    type outside LangGraph's plain-data allow-list is shown as its arguments, never
+    constructed (a thread may come from elsewhere; docs/security.md)."""
     try:
+        from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
         from .langgraph import GitCheckpointSaver
     except ImportError as exc:
         raise UsageError("reading checkpoint threads needs the langgraph extra: pip install "
                          f"'gitstate[langgraph]' ({exc})", rule="usage.langgraph_missing"
                          ) from exc
-    return GitCheckpointSaver(agent_dir)
+    return GitCheckpointSaver(agent_dir, serde=JsonPlusSerializer(
+        allowed_msgpack_modules=None))
 
 
 def _plain(value: Any) -> Any:

@@ -375,3 +375,26 @@ def test_the_saver_escapes_line_breaks_in_a_summary(tmp_path: Path) -> None:
     assert [line.split(": ")[0] for line in text.split("\n")[2:-1]] == [
         "Gitstate-Checkpoint", "Gitstate-Parent-Checkpoint", "Gitstate-Source",
         "Gitstate-Step", "Gitstate-Latest", "Gitstate-Writes-For", "Gitstate-Layout"]
+
+
+def test_show_thread_constructs_nothing_from_a_thread_placed_behind_the_rule(
+        tmp_path: Path) -> None:
+    """A thread written into a clone by plain git (no pull, no hook): ``show --thread``
+    decodes with LangGraph's strict serde, so the call in a channel value is not made."""
+    import ormsgpack
+
+    from tests.helpers import run_cli
+
+    _unused, a = _interrupted(tmp_path)
+    marker = tmp_path / "ran"
+    call = ormsgpack.packb(ormsgpack.Ext(1, ormsgpack.packb(
+        ["os", "system", [f"touch {marker}"]])))
+
+    def plant(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
+        _blob(repo, tree, b"channel.order", b"msgpack\0" + call)
+        return _fresh(tree, message)
+
+    _forge(a / "state", plant)
+    shown = run_cli("show", "--thread", THREAD, agent_dir=a)
+    assert not marker.exists()
+    assert shown.returncode == 0, shown.stderr
