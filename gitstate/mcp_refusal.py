@@ -31,6 +31,7 @@ Pure: no SDK, no repository.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from . import textsafe
@@ -93,8 +94,11 @@ def _entry_line(key: str | None, entry: dict[str, Any]) -> str:
     return f"current: {name}{_value(entry.get('value'))} ({'; '.join(facts)})"
 
 
-def text(refusal: dict[str, Any], tool: str) -> str:
-    """The text of ``refusal`` (the structured refusal, as returned) for a call of ``tool``."""
+def text(refusal: dict[str, Any], tool: str,
+         local: Callable[[str], str] | None = None) -> str:
+    """The text of ``refusal`` (the structured refusal, as returned) for a call of ``tool``;
+    ``local`` shows the stored times of the lines a model reads (not of ``result:``, which
+    is the structured refusal as it is) in the agent's zone."""
     rule = str(refusal.get("error", "refused"))
     message = str(refusal.get("message", "")).strip()
     if message and not message.endswith("."):
@@ -109,6 +113,8 @@ def text(refusal: dict[str, Any], tool: str) -> str:
     if isinstance(names, list) and names and not all(str(n) in message for n in names):
         lines.append("live keys: " + ", ".join(str(n) for n in names))
     lines.append("next: " + (refusal.get("next_step") or next_step(rule, tool, refusal)))
+    if local is not None:
+        lines = [local(line) for line in lines]
     data = _value({k: v for k, v in refusal.items()
                    if k not in ("message", "next_step") and v is not None})
     if len(data) <= MAX_JSON:

@@ -23,11 +23,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from . import mcp_refusal, textsafe
+from .config import resolve_tz
 from .errors import GitStateError, UsageError
 from .mcp_schema import RunOut, StateOut, WriteOut, clean_schema, inline_schema, output_schema
+from .model import local_times_in
 from .planners import UNSET, Expected
 from .repo import StateRepo
 from .results import refusal, to_json
+from .timebase import tzinfo
 
 if TYPE_CHECKING:
     from .config import Config
@@ -315,16 +318,25 @@ def result(content: dict[str, Any], text: str, error: bool = False) -> dict[str,
     return out
 
 
-def refused(exc: GitStateError, tool: str) -> dict[str, Any]:
-    return _refusal(to_json(refusal(exc)), tool)
+def refused(exc: GitStateError, tool: str, zone: tzinfo | None = None) -> dict[str, Any]:
+    return _refusal(to_json(refusal(exc)), tool, zone)
 
 
-def _refusal(content: dict[str, Any], tool: str) -> dict[str, Any]:
+def _refusal(content: dict[str, Any], tool: str,
+             zone: tzinfo | None = None) -> dict[str, Any]:
     """A refusal's result: the structured refusal with its next step (for hosts that keep
     only the structured content, as pydantic-ai does), and the text (for hosts that keep
-    only the text)."""
+    only the text), its times in the agent's ``zone`` as every text output shows them."""
     content["next_step"] = mcp_refusal.next_step(content["error"], tool, content)
-    return result(content, mcp_refusal.text(content, tool), error=True)
+    local = None if zone is None else (lambda line: local_times_in(line, zone))
+    return result(content, mcp_refusal.text(content, tool, local), error=True)
+
+
+def _zone(repo: StateRepo) -> tzinfo | None:
+    try:
+        return resolve_tz(repo.config.timezone)
+    except GitStateError:
+        return None  # the refusal may be that very config: its times stay UTC
 
 
 def call(repo: StateRepo, tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -338,7 +350,7 @@ def call(repo: StateRepo, tool: Tool, arguments: dict[str, Any]) -> dict[str, An
         content = to_json(tool.run(repo, args))
         return result(content, textsafe.visible(json.dumps(content, ensure_ascii=False)))
     except GitStateError as exc:
-        return refused(exc, tool.name)
+        return refused(exc, tool.name, _zone(repo))
     except Exception as exc:  # the log keeps the traceback; the model gets the type only
         log.exception("%s failed", tool.name)
         message = (f"internal error in {tool.name}: {type(exc).__name__}. Nothing may have "

@@ -139,3 +139,23 @@ async def test_the_prompt_and_protocol_errors(agent: Path) -> None:
                 await client.request(*call)
             error = getattr(caught.value, "error", caught.value)
             assert getattr(error, "code", None) == code, (call, caught.value)
+
+
+async def test_a_refusal_text_shows_times_in_the_agents_zone(tmp_path: Path) -> None:
+    """The lines a model reads quote the value's set time in the agent's zone, as the
+    section does; the result line and the structured refusal keep the stored UTC."""
+    agent = tmp_path / "agent"
+    StateRepo.init(agent).close()
+    (agent / "config.toml").write_text('[gitstate]\ntimezone = "Asia/Taipei"\n')
+    with StateRepo(agent) as repo:
+        repo.set("stop_loss.2317", 262, "the 09:04 rule")
+        stored = repo.state().keys["stop_loss.2317"].set_at
+    async with connect(agent) as client:
+        error, content, text = await client.call(
+            "working_state_set", key="stop_loss.2317", value=250, reason="r",
+            expected_value=999)
+    assert error and content["current"]["set_at"] == stored and stored.endswith("Z")
+    current = text.split("\n")[1]
+    assert "+08:00" in current and "Z " not in current.replace(")", " "), current
+    result = next(line for line in text.split("\n") if line.startswith("result: "))
+    assert stored in result
