@@ -449,6 +449,9 @@ def next_action(run: dict[str, Any], now: datetime) -> dict[str, Any]:
     stop = state["stop_reason"]
     if stop in STOPPED:
         return {"action": "stop", "reason": stop}
+    deadline = state["budget_state"]["deadline_at"]
+    if deadline is not None and now > parse_time(deadline):  # stopped by the next event
+        return {"action": "stop", "reason": f"the deadline {deadline} has passed"}
     if stop == "approval_required":
         return {"action": "ask_approval", "reason": f"step {state['awaiting_approval']} has a "
                 "side effect and the goal's risk is " + goal["risk_class"]}

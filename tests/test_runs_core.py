@@ -109,6 +109,10 @@ def test_a_crossed_budget_records_its_stop_reason_and_event() -> None:
                         NOW + timedelta(hours=2))
     assert after["state"]["stop_reason"] == "budget_exhausted"
     assert after["state"]["stop_event"]["crossed"] == ["deadline"]
+    # no event since the deadline passed: the next action is to stop all the same
+    assert next_action(late, NOW + timedelta(minutes=59))["action"] == "continue"
+    passed = next_action(late, NOW + timedelta(hours=2))
+    assert passed["action"] == "stop" and "deadline" in passed["reason"]
 
 
 def test_a_side_effecting_step_at_high_risk_waits_for_an_approval() -> None:
