@@ -115,7 +115,7 @@ def _split_across_keys(after: State, changed: set[str], schema: Schema | None) -
             names.append(key)
             parts.append("\0")  # a key the scan skips still separates its neighbours
             continue
-        for _, text in secretscan.strings(after.keys[key].value, key):
+        for _, text in secretscan.value_strings(after.keys[key].value, key):
             names.append(key)
             parts.append(text)
     near = [False] * len(parts)  # the changed keys' texts and SPLIT_WINDOW around them

@@ -83,6 +83,7 @@ _HEX_DEPTH = 3  # hex of hex of hex: deeper nesting is not an accident either wa
 _SHORT = 6  # no rule matches fewer characters
 SPLIT_PART_MIN = 12  # a random-looking run split across texts: each fragment's least length
 SPLIT_RUN_MAX = 256  # ... and the longest run of fragments tried
+SPLIT_SCAN = 512  # the text scanned from each part's start: longer than any known format
 _FRAGMENT = re.compile(r"[A-Za-z0-9+/_-]{" + str(SPLIT_PART_MIN) + ",}")
 
 
@@ -188,14 +189,24 @@ def scan_parts(parts: Sequence[str]) -> tuple[int, int, Finding] | None:
     for part in parts:
         starts.append(offset)
         offset += len(part)
-    joined = "".join(parts)
-    for found in _findings(joined, 0):
-        first = _index(starts, found.start)
-        last = _index(starts, found.end - 1)
-        if first == last:
-            continue  # inside one part: that part's own scan reports it
-        if found.kind != "high_entropy":
-            return first, last, found
+    # Scanned from each part's start, over the parts that follow it up to SPLIT_SCAN
+    # characters: a format anchored at a word boundary ("ghp_...") must not be hidden by the
+    # word character the part before it happens to end with.
+    for k in range(len(parts) - 1):
+        window, end = parts[k], k + 1
+        while end < len(parts) and len(window) < SPLIT_SCAN:
+            window += parts[end]
+            end += 1
+        for found in _findings(window, 0):
+            first = _index(starts, starts[k] + found.start)
+            last = _index(starts, starts[k] + found.end - 1)
+            if first == last:
+                continue  # inside one part: that part's own scan reports it
+            # a random run has its own rule below; an assignment's value running on into
+            # the next text ("pwd=abc" beside "pwd=abc") is no token cut in two
+            if found.kind not in ("high_entropy", "assignment"):
+                return first, last, Finding(found.kind, found.label, starts[k] + found.start,
+                                            starts[k] + found.end)
     return _random_split(parts, starts)
 
 
@@ -250,6 +261,13 @@ def strings(value: object, path: str = "") -> Iterator[tuple[str, str]]:
             yield from strings(v, join(path, i))
 
 
+def value_strings(value: object, path: str = "") -> Iterator[tuple[str, str]]:
+    """:func:`strings` without the names of a structure's members: the texts a secret can
+    be split across (a member's name between two halves would hide the join)."""
+    return ((where, text) for where, text in strings(value, path)
+            if not where.startswith("a name"))
+
+
 def find(value: object, path: str = "") -> tuple[str, Finding] | None:
     """The first suspected secret anywhere in a JSON-like value, as (where, finding): a
     string, a dict key, or a secret split across adjacent strings of it (where names the
@@ -259,10 +277,11 @@ def find(value: object, path: str = "") -> tuple[str, Finding] | None:
         found = scan(text)
         if found is not None:
             return where, found
-    split = scan_parts([text for _, text in texts])
+    values = list(value_strings(value, path))
+    split = scan_parts([text for _, text in values])
     if split is not None:
         first, last, found = split
-        return f"{texts[first][0]} to {texts[last][0]} together", found
+        return f"{values[first][0]} to {values[last][0]} together", found
     return None
 
 

@@ -196,6 +196,20 @@ def test_hex_encoded_tokens_of_any_length_are_refused(repo: StateRepo) -> None:
         assert scan(harmless) is None, harmless
 
 
+def test_a_token_split_between_members_or_after_a_word_is_refused(repo: StateRepo) -> None:
+    """The halves of a token in two members of one object (the member's name used to sit
+    between them in the scanned text), and in two adjacent keys after a key whose value
+    ends with a word character (which hid the format's word boundary), are refused."""
+    with pytest.raises(InvalidInput) as exc:
+        repo.set("creds.one", {"a": GH[:20], "b": GH[20:]}, "one object")
+    assert exc.value.rule == "secret.github_token"
+    repo.set("creds.a0", "x5", "a value ending in a word character")
+    repo.set("creds.a1", GH[:20], "the first half alone is no secret")
+    with pytest.raises(InvalidInput) as exc:
+        repo.set("creds.a2", GH[20:], "the second half")
+    assert exc.value.rule == "secret.github_token"
+
+
 def test_a_token_split_across_adjacent_keys_is_refused(repo: StateRepo) -> None:
     """Two keys that hold the halves of one token: the write of the second half is
     refused (either order, in a structure too); short ids side by side are no token."""
