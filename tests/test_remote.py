@@ -423,3 +423,39 @@ def test_https_trusts_only_a_configured_certificate(tmp_path: Path,
     _change_reaches(a, b)
     a.close()
     b.close()
+
+
+HIGH_FDS = """
+import os, resource, sys
+from gitstate.repo import StateRepo
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
+held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]  # the next fds are >= 1024
+assert max(held) >= 1024
+StateRepo.clone(sys.argv[1], sys.argv[2]).close()
+with StateRepo(sys.argv[2]) as repo:
+    print(repo.state().keys["k"].value)
+"""
+
+
+def test_a_process_holding_many_files_still_fetches(tmp_path: Path) -> None:
+    """A long-lived process past 1,024 open files (an MCP server with many sessions) still
+    talks to a remote: the transport waits with poll, which select could not do (it refused
+    a descriptor numbered 1024 or more: 'filedescriptor out of range in select()')."""
+    import resource
+
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 1200:
+        pytest.skip("the hard limit on open files is below 1,200")
+    bare = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    with StateRepo.init(tmp_path / "a") as repo:
+        repo.set("k", 7, "r")
+    out = subprocess.run([sys.executable, "-m", "gitstate", "--agent-dir", str(tmp_path / "a"),
+                          "remote", "set", str(bare)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    push = subprocess.run([sys.executable, "-m", "gitstate", "--agent-dir",
+                           str(tmp_path / "a"), "push"], capture_output=True, text=True)
+    assert push.returncode == 0, push.stderr
+    got = subprocess.run([sys.executable, "-c", HIGH_FDS, str(bare), str(tmp_path / "b")],
+                         capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0 and got.stdout.strip() == "7", got.stderr[-2000:]

@@ -115,6 +115,15 @@ def is_timeout(exc: BaseException) -> bool:
     return False
 
 
+def _readable(source: Any, seconds: float) -> bool:
+    """Whether ``source`` (a descriptor, or anything with ``fileno``) can be read within
+    ``seconds`` (its end counts). poll, not select: select refuses a descriptor numbered
+    1024 or more, which a long-lived process holding many files reaches."""
+    poller = select.poll()
+    poller.register(source, select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR)
+    return bool(poller.poll(max(seconds, 0.0) * 1000))
+
+
 def _fd_reader(fd: int, clock: Clock,
                on_timeout: Callable[[], None]) -> Callable[[int | None], bytes]:
     """read(n) over a pipe: exactly n bytes (fewer only at its end), each wait bounded."""
@@ -124,8 +133,7 @@ def _fd_reader(fd: int, clock: Clock,
         want = n if n is not None else 1 << 30
         while want > 0:
             wait, which = clock.budget()
-            ready, _, _ = select.select([fd], [], [], wait)
-            if not ready:
+            if not _readable(fd, wait):
                 on_timeout()
                 raise clock.timeout(which)
             chunk = os.read(fd, min(want, 1 << 16))
@@ -189,7 +197,7 @@ class _TcpClient(TCPGitClient):
             else b""
         proto.send_cmd(b"git-" + cmd, path_bytes,
                        b"host=" + self.address[0].encode("ascii", "replace") + extra)
-        return proto, lambda: bool(select.select([sock], [], [], 0)[0]), None
+        return proto, lambda: _readable(sock, 0), None
 
 
 class _GitChildClient(SubprocessGitClient):
@@ -261,7 +269,7 @@ def _child_protocol(proc: subprocess.Popen[bytes], clock: Clock,
                              rule="remote.unreachable") from exc
 
     proto = Protocol(_fd_reader(stdout, clock, proc.kill), write, close)
-    return proto, lambda: bool(select.select([stdout], [], [], 0)[0]), proc.stderr
+    return proto, lambda: _readable(stdout, 0), proc.stderr
 
 
 class _SshVendor(SubprocessSSHVendor):
