@@ -25,7 +25,7 @@ _EXPORTS = {
     "WriteResult": "results", "DiscardResult": "results", "StateView": "results",
     "KeyState": "results", "Overridden": "results", "SyncResult": "results",
     "Refusal": "results", "refusal": "results", "to_json": "results",
-    "SyncStatus": "results", "SchemaReport": "results", "ChangeRecord": "projection",
+    "SyncStatus": "results", "SchemaReport": "results", "ChangeRecord": "records",
     "HistoryEntry": "records", "RunSummary": "records", "RunGoal": "records",
     "NextAction": "records", "ApprovalRequest": "records",
     # the model and the configuration
@@ -123,8 +123,14 @@ if TYPE_CHECKING:
     from .fastpath import section
     from .model import Entry, Handoff, Scalar, State, Value
     from .planners import UNSET, Expected, Observation, Unset
-    from .projection import ChangeRecord
-    from .records import ApprovalRequest, HistoryEntry, NextAction, RunGoal, RunSummary
+    from .records import (
+        ApprovalRequest,
+        ChangeRecord,
+        HistoryEntry,
+        NextAction,
+        RunGoal,
+        RunSummary,
+    )
     from .repo import StateRepo
     from .results import (
         DiscardResult,

@@ -27,8 +27,8 @@ from .model import (
     parse_given_time,
     parse_time,
 )
-from .projection import ChangeRecord, Mark, record
-from .records import HistoryEntry
+from .projection import Mark, record
+from .records import ChangeRecord, HistoryEntry
 from .replay import ReplayError, apply_change
 from .trailers import NotAGitstateCommit, parse_message
 from .values import changes as value_changes

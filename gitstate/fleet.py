@@ -15,7 +15,7 @@ from typing import Any
 from . import audit, gitcli
 from .errors import GitStateError
 from .model import format_time
-from .projection import ChangeRecord
+from .records import ChangeRecord
 from .timebase import UTC, datetime
 
 

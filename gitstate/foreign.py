@@ -28,6 +28,7 @@ from .layout import FILE_MODE, REQUIRED, SCHEMA_FILE, STATE_FILE, TREE_FILES
 from .model import EMPTY, State
 from .rederive import committed_state, rederive, same_message, schema_at, trailer_time
 from .replay import ReplayError, apply_change
+from .rules import FUTURE_SKEW_SECONDS
 from .schema import Schema
 from .trailers import Change, NotAGitstateCommit, parse_message
 from .trust import Trust, claim_problem
@@ -35,7 +36,6 @@ from .trust import Trust, claim_problem
 if TYPE_CHECKING:
     from .store import GitStore
 
-FUTURE_SKEW_SECONDS = 300  # a commit dated later than this past the checker's clock
 TTL_SLACK_SECONDS = 60
 
 
@@ -123,22 +123,6 @@ def linear_chain(store: GitStore, old: str | None,
                            "non-fast-forward updates (rewritten history) are refused")
     chain.reverse()
     return chain, None
-
-
-def time_problem(author_time: int, commit_time: int, previous_time: int | None,
-                 now: float) -> tuple[str, str] | None:
-    """The clock rule of every namespace, as (rule, message) or None: within a ref, commit
-    times never go back, and no time runs more than ``FUTURE_SKEW_SECONDS`` ahead of the
-    receiver's clock (expiries, deadlines and TTLs are then judged at those times)."""
-    if previous_time is not None and commit_time < previous_time:
-        return ("time.backwards", "dated before its parent: commit times within a ref never "
-                "go back, so that --at always names one state")
-    if max(commit_time, author_time) > now + FUTURE_SKEW_SECONDS:
-        return ("time.future", "dated "
-                f"{datetime.fromtimestamp(max(commit_time, author_time), UTC):%Y-%m-%d %H:%M}"
-                f" UTC — more than {FUTURE_SKEW_SECONDS} s in the future of this machine's "
-                "clock")
-    return None
 
 
 def _check_commit(store: GitStore, commit: str, parent: str | None, before: State,

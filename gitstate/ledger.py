@@ -29,6 +29,7 @@ from .layout import RUN_CACHE_DIR, RUN_LOCK_FILE
 from .model import format_time
 from .records import NextAction, RunGoal, RunSummary
 from .results import RunView
+from .runevents import EVENTS
 from .runformat import (
     PREFIX,
     RUN_FILE,
@@ -190,7 +191,7 @@ class Ledger:
         except (runs.RunRefused, InvalidInput):
             attempted = {"withheld": "the event did not pass the input rules"}
         kind = event.get("type") if isinstance(event, dict) and isinstance(
-            event.get("type"), str) and event["type"] in runs.EVENTS else None
+            event.get("type"), str) and event["type"] in EVENTS else None
         refusals.record(self.store, identity(self.config), rule=exc.rule, op="run_event",
                         key=f"runs/{run_id}", attempted=attempted, actor=self.actor,
                         writer=writer, reason=reason, request_id=request_id, run_id=run_id,

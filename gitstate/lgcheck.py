@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import layout, lgjournal, rules
 from .errors import GitStateError, InvalidInput, StoreError
-from .foreign import Problem, linear_chain, time_problem
+from .foreign import Problem, linear_chain
 from .lgformat import (
     CHANNEL,
     EMPTY,
@@ -59,6 +59,7 @@ from .lgformat import (
     writes_message,
 )
 from .lgvalue import UnsafeValue, check_typed
+from .rules import time_problem
 
 if TYPE_CHECKING:
     from .store import GitStore

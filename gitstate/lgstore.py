@@ -52,7 +52,7 @@ except ImportError as exc:  # the extra is not installed: say which one
 from .errors import InvalidInput
 from .lgmatch import matches, namespace_matches
 from .model import Entry, parse_time
-from .projection import ChangeRecord
+from .records import ChangeRecord
 from .repo import StateRepo
 
 PREFIX = "store"

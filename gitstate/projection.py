@@ -15,35 +15,13 @@ import os
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple, Protocol, Required, TypedDict
+from typing import Any, BinaryIO, NamedTuple, Protocol
 
 from . import faults, safefile
 from .errors import HistoryRewritten
 from .model import HISTORY_FILE, format_time
+from .records import ChangeRecord
 from .trailers import NotAGitstateCommit, parse_message
-
-
-class ChangeRecord(TypedDict, total=False):
-    """One line of working_state_history.jsonl: one commit (docs/auditing.md). ``op`` is
-    init, set, clear, handoff, adopt, observe, schema or foreign (a commit gitstate did not
-    make); the last four fields appear only for the operations that have them."""
-
-    commit: Required[str]
-    parent: Required[str | None]
-    time: Required[str]
-    actor: Required[str | None]
-    op: Required[str]
-    key: Required[str | None]
-    old: Required[Any]
-    new: Required[Any]
-    reason: Required[str]
-    expires_at: Required[str | None]
-    reverts: Required[str | None]
-    request: Required[dict[str, str] | None]
-    handoff: dict[str, Any] | None
-    adopt: dict[str, Any] | None
-    observation: str
-    schema_version: int
 
 
 class _Commit(Protocol):

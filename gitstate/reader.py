@@ -14,7 +14,8 @@ from pathlib import Path
 from .errors import HistoryRewritten, NotInitialized, StoreError
 from .layout import SCHEMA_FILE, STATE_FILE
 from .model import EMPTY, State
-from .projection import ChangeRecord, Mark, Projection, record
+from .projection import Mark, Projection, record
+from .records import ChangeRecord
 from .schema import Schema, parse_schema
 from .store import GitStore
 

@@ -14,9 +14,31 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Required, TypedDict
 
-from .projection import ChangeRecord
+
+class ChangeRecord(TypedDict, total=False):
+    """One line of working_state_history.jsonl: one commit (docs/auditing.md). ``op`` is
+    init, set, clear, handoff, adopt, observe, schema or foreign (a commit gitstate did not
+    make); the last four fields appear only for the operations that have them."""
+
+    commit: Required[str]
+    parent: Required[str | None]
+    time: Required[str]
+    actor: Required[str | None]
+    op: Required[str]
+    key: Required[str | None]
+    old: Required[Any]
+    new: Required[Any]
+    reason: Required[str]
+    expires_at: Required[str | None]
+    reverts: Required[str | None]
+    request: Required[dict[str, str] | None]
+    handoff: dict[str, Any] | None
+    adopt: dict[str, Any] | None
+    observation: str
+    schema_version: int
+
 
 
 class MappingCompat:

@@ -312,10 +312,10 @@ def check_chain(store: GitStore, head: str) -> list[str]:
     (``Gitstate-Seq`` counting from the chain's root), the commit time (the record's, or
     the parent's when later) with the author time equal to it (``refusals.rederive``); the
     tree holds only refusal.json; no merge; no more than RETAIN records; dated by the clock
-    rule of every namespace (``foreign.time_problem``)."""
+    rule of every namespace (``rules.time_problem``)."""
     import time
 
-    from .foreign import time_problem
+    from .rules import time_problem
 
     out: list[str] = []
     now, newer = time.time(), None

@@ -12,6 +12,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import NoReturn, cast
 
 from . import secretscan, values
@@ -337,3 +338,22 @@ def check_handoff(
             size=total, limit=max_bytes,
         )
     return HandoffInput((note or "").strip(), status, next_steps, evidence, blocker, False)
+
+
+FUTURE_SKEW_SECONDS = 300  # a commit dated later than this past the checker's clock
+
+
+def time_problem(author_time: int, commit_time: int, previous_time: int | None,
+                 now: float) -> tuple[str, str] | None:
+    """The clock rule of every namespace, as (rule, message) or None: within a ref, commit
+    times never go back, and no time runs more than ``FUTURE_SKEW_SECONDS`` ahead of the
+    receiver's clock (expiries, deadlines and TTLs are then judged at those times)."""
+    if previous_time is not None and commit_time < previous_time:
+        return ("time.backwards", "dated before its parent: commit times within a ref never "
+                "go back, so that --at always names one state")
+    if max(commit_time, author_time) > now + FUTURE_SKEW_SECONDS:
+        return ("time.future", "dated "
+                f"{datetime.fromtimestamp(max(commit_time, author_time), UTC):%Y-%m-%d %H:%M}"
+                f" UTC — more than {FUTURE_SKEW_SECONDS} s in the future of this machine's "
+                "clock")
+    return None

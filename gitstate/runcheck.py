@@ -101,8 +101,7 @@ def replay_problems(store: GitStore, run_id: str, head: str,
     import time as _time
 
     from .errors import InvalidInput
-    from .foreign import time_problem
-    from .rules import check_reason, check_request_id
+    from .rules import check_reason, check_request_id, time_problem
 
     now = _time.time() if now is None else now
     links = Links(store, main)

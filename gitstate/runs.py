@@ -37,6 +37,7 @@ from typing import Any
 
 from .errors import Refused
 from .model import format_time, parse_time
+from .runevents import AGENT_EVENTS, BOOL, EVENTS, INT, LIST, RUNTIME_EVENTS, STR
 
 FORMAT = 1
 RISKS = ("low", "medium", "high", "critical")
@@ -48,29 +49,6 @@ RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 TEXT_MAX = 2000
 LIST_MAX = 200
 
-# event type -> {field: (type, required)}; anything else is refused
-_STR, _INT, _BOOL, _LIST = "string", "integer", "boolean", "list"
-EVENTS: dict[str, dict[str, tuple[str, bool]]] = {
-    "steps_planned": {"steps": (_LIST, True)},
-    "step_started": {"step_id": (_STR, True), "description": (_STR, True),
-                     "side_effect": (_BOOL, False)},
-    "step_completed": {"step_id": (_STR, True)},
-    "tool_result_recorded": {"tool_call_id": (_STR, True), "evidence_ref": (_STR, True),
-                             "observed_at": (_STR, True)},
-    "approval_recorded": {"approval_id": (_STR, True), "decision": (_STR, True),
-                          "main_commit": ("commit", False)},
-    "question_opened": {"question": (_STR, True)},
-    "question_answered": {"question": (_STR, True), "evidence_ref": (_STR, True)},
-    "blocked": {"reason": (_STR, True)},
-    "budget_spent": {"iterations": (_INT, False), "tokens": (_INT, False),
-                     "cost_cents": (_INT, False)},
-    "completed": {"result_ref": (_STR, True), "criteria_evidence": ("object", True)},
-    "cancelled": {"reason": (_STR, True)},
-    "failed": {"reason": (_STR, True)},
-}
-AGENT_EVENTS = frozenset({"step_started", "question_opened", "question_answered", "blocked",
-                          "completed"})
-RUNTIME_EVENTS = frozenset({"tool_result_recorded", "budget_spent", "failed"})
 STOPPED = frozenset({"success", "cancelled", "failed", "budget_exhausted"})
 
 
@@ -191,21 +169,21 @@ def validate_event(event: object) -> dict[str, Any]:
 
 def _field(kind: str, name: str, kind_of: str, value: Any) -> Any:
     where = f"{kind}.{name}"
-    if kind_of == _STR:
+    if kind_of == STR:
         return _text(value, where)
     if kind_of == "commit":
         if not isinstance(value, str) or not re.fullmatch(r"[0-9a-f]{40}", value):
             raise _refuse("invalid", f"{where} must be a commit id (40 lowercase hex digits)")
         return value
-    if kind_of == _BOOL:
+    if kind_of == BOOL:
         if not isinstance(value, bool):
             raise _refuse("invalid", f"{where} must be true or false")
         return value
-    if kind_of == _INT:
+    if kind_of == INT:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**53:
             raise _refuse("invalid", f"{where} must be a whole number >= 0")
         return value
-    if kind_of == _LIST:
+    if kind_of == LIST:
         if not isinstance(value, list) or not value or len(value) > LIST_MAX:
             raise _refuse("invalid", f"{where} must be a list of 1-{LIST_MAX} steps")
         steps = []

@@ -400,7 +400,7 @@ def _runs(raw: Any) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ..
     (docs/runs.md): who records each event type, and which keys a run may be promoted to,
     by whom. The agent never records an approval."""
     from .rules import check_key
-    from .runs import EVENTS
+    from .runevents import EVENTS
 
     if raw is None:
         return {}, {}

@@ -179,13 +179,18 @@ def _rewrite_log(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
     return tree, message
 
 
+# A checkpoint id above any the saver makes for centuries (LangGraph's ids are uuid6, so
+# they grow with the clock: a fixed id of today's prefix falls behind the honest head).
+_NEXT = "1fffffff-ffff-6fff-8fff-ffffffffffff"
+
+
 def _fresh(tree: Tree, message: bytes) -> tuple[Tree, bytes]:
     """The message the saver would write for a next checkpoint (a new id, no pending
     writes): whatever else the forgery changed is all that is wrong."""
     from gitstate.lgformat import checkpoint_head, checkpoint_message, parse_trailers
 
     head = json.loads(parse_trailers(message)["Checkpoint"])
-    new = "1f1ef2ff-ffff-6fff-8fff-ffffffffffff"
+    new = _NEXT
     if b"pending-writes" in tree:
         del tree[b"pending-writes"]
     return tree, checkpoint_message(checkpoint_head(new, head, "loop", 2, None),
@@ -210,7 +215,7 @@ def _stray(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
 def _latest(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
     """A next checkpoint claiming an older id as the newest (Gitstate-Latest)."""
     tree, fresh = _fresh(tree, message)
-    return tree, fresh.replace(b'Latest: "1f1ef2ff', b'Latest: "0f1ef2ff')
+    return tree, fresh.replace(b'Latest: "' + _NEXT[:8].encode(), b'Latest: "0' + _NEXT[1:8].encode())
 
 
 # A msgpack extension LangGraph's default decoder turns into os.system("true") (harmless
@@ -230,7 +235,7 @@ def _pending_call(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
 
     tree, _ = _fresh(tree, message)
     head = json.loads(parse_trailers(message)["Checkpoint"])
-    new = "1f1ef2ff-ffff-6fff-8fff-ffffffffffff"
+    new = _NEXT
     write = lgjournal.Write(new, "", "task-1", "~__pregel_pull, n", "order", 0, "msgpack",
                             _CALL)
     _blob(repo, tree, b"pending-writes", lgjournal.encode([write]))
