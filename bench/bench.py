@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 
 sys.path.insert(0, str(Path(__file__).parent))
 import concurrency
@@ -150,7 +150,7 @@ def bench_render_process(n: int) -> dict[str, float]:
         entry = [gitstate] if gitstate else [sys.executable, "-m", "gitstate"]
         commands = {
             "render": [*entry, "--agent-dir", str(root), "render"],
-            # the hook also writes its wake-up receipt (gitstate/receipts.py)
+            # the hook also writes its wake-up receipt (gitstate/history/receipts.py)
             "hook": [*entry, "--agent-dir", str(root), "hook", "claude-code", "--event",
                      "UserPromptSubmit"],
             "import_json": [sys.executable, "-c", "import json"],

@@ -44,8 +44,8 @@ from langgraph.graph.message import add_messages
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gitstate import maintenance
 from gitstate.langgraph import GitCheckpointSaver
+from gitstate.write import maintenance
 
 
 class Three(TypedDict):

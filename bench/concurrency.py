@@ -17,11 +17,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 
 WORKER = """
 import sys, time
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 agent, seconds, name = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 n = 0
 with StateRepo(agent) as repo:

@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gitstate import audit
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.audit import views as audit
 
 KEYS = [f"rule.{i}" for i in range(9)]
 MEASURED = "stop_loss.2317"  # changed by every other commit, so every size has 20 to return
@@ -63,8 +63,8 @@ def timed(fn: Callable[[], object], runs: int) -> float:
 
 
 def measure(agent: Path, runs: int) -> dict[str, float]:
-    from gitstate.fastpath import section
-    from gitstate.maintenance import run_gc
+    from gitstate.wakeup.fastpath import section
+    from gitstate.write.maintenance import run_gc
 
     with StateRepo(agent) as repo:
         commits = len(repo.full_history())

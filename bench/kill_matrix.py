@@ -113,7 +113,7 @@ def logged(state_dir: Path, ref: str) -> set[str]:
 
 def run(agent: Path, kills: int, seed: int, interval: float,
         namespaces: tuple[str, ...] = NAMESPACES) -> dict[str, object]:
-    from gitstate.repo import StateRepo
+    from gitstate.api.repo import StateRepo
 
     StateRepo.init(agent).close()
     rng = random.Random(seed)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gitstate import locking
+from gitstate.system import locking
 
 HOLDER = Path(__file__).resolve().parent / "lock_holder.py"
 

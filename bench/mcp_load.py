@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from remote import free_port, wait_for_port

@@ -23,7 +23,7 @@ from pathlib import Path
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 from tests.mcpclient import LINE, connect
 
 

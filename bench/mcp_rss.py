@@ -19,7 +19,7 @@ from typing import Any
 
 from mcp_sessions import rss_mib
 
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 
 
 def main() -> None:

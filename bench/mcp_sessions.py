@@ -16,8 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gitstate.mcp_http import MAX_SESSIONS
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.mcp.http import MAX_SESSIONS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from remote import free_port, wait_for_port

@@ -162,7 +162,7 @@ def graph(agent: str, deadline: float, log: Log) -> None:
 
 
 def runs(agent: str, deadline: float, log: Log) -> None:
-    from gitstate.repo import StateRepo
+    from gitstate.api.repo import StateRepo
 
     n, run_id = 0, ""
     with StateRepo(agent, actor="runner") as repo:
@@ -197,8 +197,8 @@ def runs(agent: str, deadline: float, log: Log) -> None:
 def reader(agent: str, deadline: float, log: Log) -> None:
     from datetime import UTC, datetime
 
-    from gitstate.fastpath import section
-    from gitstate.repo import StateRepo
+    from gitstate.api.repo import StateRepo
+    from gitstate.wakeup.fastpath import section
 
     with StateRepo(agent) as repo:
         while time.time() < deadline:
@@ -215,9 +215,9 @@ def reader(agent: str, deadline: float, log: Log) -> None:
 
 
 def maintenance(agent: str, deadline: float, log: Log) -> None:
-    from gitstate.errors import Refused
-    from gitstate.maintenance import run_gc
-    from gitstate.repo import StateRepo
+    from gitstate.api.repo import StateRepo
+    from gitstate.core.errors import Refused
+    from gitstate.write.maintenance import run_gc
 
     while time.time() < deadline:
         start = time.perf_counter()
@@ -246,7 +246,7 @@ WORKERS: dict[str, Callable[..., None]] = {
 def worker(name: str, agent: str, seconds: float, out: Path, port: int) -> None:
     """One worker for ``seconds`` from the moment its imports are done (a slow start on a
     loaded machine shortens no worker's run)."""
-    import gitstate.repo  # noqa: F401
+    import gitstate.api.repo  # noqa: F401
     if name == "graph":
         import langgraph.graph  # noqa: F401
     deadline = time.time() + seconds
@@ -332,7 +332,7 @@ def run(seconds: float, keep: Path | None) -> int:
         finally:
             server.terminate()
             server.wait(timeout=30)
-        from gitstate.maintenance import wait_idle
+        from gitstate.write.maintenance import wait_idle
 
         wait_idle(agent / "state" / ".git")
         records = [json.loads(line) for f in sorted(out.glob("*.jsonl"))

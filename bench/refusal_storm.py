@@ -21,15 +21,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from gitstate import refusals
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.history import refusals
 
 ROOT = Path(__file__).resolve().parent.parent
 
 STORM = """
 import sys
-from gitstate.repo import StateRepo
-from gitstate.errors import GitStateError
+from gitstate.api.repo import StateRepo
+from gitstate.core.errors import GitStateError
 repo = StateRepo(sys.argv[1], writer="agent")
 for i in range(int(sys.argv[3])):
     try:
@@ -39,7 +39,7 @@ for i in range(int(sys.argv[3])):
 """
 WRITER = """
 import json, sys, time
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 repo = StateRepo(sys.argv[1])
 out = []
 for i in range(int(sys.argv[2])):

@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gitstate.fleet import fleet
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.audit.fleet import fleet
 
 
 def free_port() -> int:

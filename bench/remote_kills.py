@@ -7,7 +7,7 @@ killed one left, and verify passes after it.
 Each round, agent A makes acknowledged writes (a main key, a run event) and a `gitstate
 push` process is killed; then agent B's `gitstate pull` process is killed. Every other
 round B first writes and pushes a key of its own, so A's push has to re-apply on a remote
-that moved on (the rebase phases). A kill is a fault point of gitstate/faults.py
+that moved on (the rebase phases). A kill is a fault point of gitstate/system/faults.py
 (SYNC_POINTS, in turn) or, every fourth round, a SIGKILL of the process group (gitstate and
 its git receive-pack child on a path remote) at a random moment of the push or pull.
 After each kill the recovery is the next ordinary command, in process: A pushes (or B
@@ -34,12 +34,12 @@ from pathlib import Path
 
 from remote import git_daemon
 
-from gitstate import audit
-from gitstate.errors import StoreError
-from gitstate.faults import SYNC_POINTS
-from gitstate.layout import STATE_FILE
-from gitstate.repo import StateRepo
-from gitstate.runformat import PREFIX
+from gitstate.api.repo import StateRepo
+from gitstate.audit import views as audit
+from gitstate.core.errors import StoreError
+from gitstate.core.layout import STATE_FILE
+from gitstate.runs.format import PREFIX
+from gitstate.system.faults import SYNC_POINTS
 
 RUN = "refund-O-104"
 PUSH_POINTS = [p for p in SYNC_POINTS if p.startswith("push.")]  # rebased: B pushes first

@@ -21,10 +21,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from gitstate import receipts
-from gitstate.errors import GitStateError
-from gitstate.repo import StateRepo
-from gitstate.report import write_fleet, write_report
+from gitstate.api.repo import StateRepo
+from gitstate.core.errors import GitStateError
+from gitstate.history import receipts
+from gitstate.report.build import write_fleet, write_report
 
 
 class Clock:

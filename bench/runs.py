@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench import GitCliStore, PlainJsonStore, median_ms, time_writes
-from gitstate.config import load_config
-from gitstate.fastpath import run_block
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.system.config import load_config
+from gitstate.wakeup.fastpath import run_block
 
 
 def event(i: int) -> dict[str, object]:

@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gitstate.repo import StateRepo
-from gitstate.trust import Trust, claim_problem
+from gitstate.accept.trust import Trust, claim_problem
+from gitstate.api.repo import StateRepo
 
 SCHEMA = "version: 1\nunknown_keys: allow\napprovals:\n  refund: {writers: [human]}\n"
 ROOMY = "[gitstate]\nmax_keys = 256\nsection_max_bytes = 65536\ninjection_max_chars = 100000\n"

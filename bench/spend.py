@@ -21,7 +21,7 @@ from pathlib import Path
 
 from remote import git_daemon
 
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 
 SCHEMA = "version: 1\nunknown_keys: allow\napprovals:\n  refund: {writers: [runtime]}\n"
 ROOMY = "max_keys = 256\nsection_max_bytes = 65536\ninjection_max_chars = 100000\n"

@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench import PlainJsonStore, median_ms, time_writes
-from gitstate.fastpath import section
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.wakeup.fastpath import section
 
 
 def plan(i: int) -> list[dict[str, object]]:

@@ -25,15 +25,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gitstate.repo import StateRepo  # noqa: E402
+from gitstate.api.repo import StateRepo  # noqa: E402
 from tests.bombs import PEAK_MIB, blob_bomb, doubling_deltas  # noqa: E402
 from tests.helpers import install_pre_receive  # noqa: E402
 from tests.hostile_git_server import HostileGitServer  # noqa: E402
 
 _GITSTATE = PEAK_MIB + """
 import json, resource, sys, time
-from gitstate.errors import GitStateError
-from gitstate.repo import StateRepo
+from gitstate.core.errors import GitStateError
+from gitstate.api.repo import StateRepo
 started = time.monotonic()
 rule = "ok"
 with StateRepo(sys.argv[1]) as repo:

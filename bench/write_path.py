@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench import GitCliStore, PlainJsonStore, median_ms, time_writes
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 from gitstate.store import durability
 from gitstate.store.fs import atomic_write, swap_write
 
@@ -98,7 +98,7 @@ def syscalls(root: Path, mode: str) -> dict[str, float] | None:
     if not shutil.which("strace"):
         return None
     path = root / f"strace-{mode}"
-    code = ("import sys\nfrom gitstate.repo import StateRepo\n"
+    code = ("import sys\nfrom gitstate.api.repo import StateRepo\n"
             "r = StateRepo(sys.argv[1])\nfor i in range(int(sys.argv[2])): "
             "r.set('stop_loss.2317', i, 'bench')\n")
     agent(root, path.name, mode).close()

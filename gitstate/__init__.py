@@ -3,45 +3,43 @@
 The public API is what ``__all__`` names (pinned by tests/test_public_api.py): the
 ``StateRepo`` facade, the result types every surface shares, the model's records, the
 error tree, the wake-up renderer ``section`` and the auditor's functions. Everything else
-(``gitstate.engine``, ``gitstate.store`` ...) is implementation and may change.
+(``gitstate.write.engine``, ``gitstate.store`` ...) is implementation and may change.
 
-The package root stays import-light (the render hook imports ``gitstate.fastpath`` on every
+The package root stays import-light (the render hook imports ``gitstate.wakeup.fastpath`` on every
 wake-up): each name is loaded on first use.
 """
 
 from __future__ import annotations
 
-from .layout import VERSION
+from .core.layout import VERSION
 
 TYPE_CHECKING = False  # not `from typing import`: typing costs ~3 ms per wake-up
 
 __version__ = VERSION
 
-_EXPORTS = {
+_EXPORTS = {name: module for module, names in {
     # the facade and its inputs
-    "StateRepo": "repo", "UNSET": "planners", "Unset": "planners", "Expected": "planners",
-    "Observation": "planners",
+    "api.repo": ("StateRepo",),
+    "write.planners": ("UNSET", "Unset", "Expected", "Observation",),
     # results (one style for the Python API, the CLI's JSON and the MCP schemas)
-    "WriteResult": "results", "DiscardResult": "results", "StateView": "results",
-    "KeyState": "results", "Overridden": "results", "SyncResult": "results",
-    "Refusal": "results", "refusal": "results", "to_json": "results",
-    "SyncStatus": "results", "SchemaReport": "results", "ChangeRecord": "records",
-    "HistoryEntry": "records", "RunSummary": "records", "RunGoal": "records",
-    "NextAction": "records", "ApprovalRequest": "records",
-    # the model and the configuration
-    "Entry": "model", "Handoff": "model", "State": "model", "Scalar": "model",
-    "Value": "model", "Verdict": "approvals", "Spend": "approvals",
-    "Config": "config", "load_config": "config",
+    "core.results": ("WriteResult", "DiscardResult", "StateView", "KeyState", "Overridden",
+                     "SyncResult", "Refusal", "refusal", "to_json", "SyncStatus",
+                     "SchemaReport",),
+    "core.records": ("ChangeRecord", "HistoryEntry", "RunSummary", "RunGoal", "NextAction",
+                     "ApprovalRequest",),
+    # the model, the configuration and the approvals' verdicts
+    "core.model": ("Entry", "Handoff", "State", "Scalar", "Value",),
+    "approvals.steps": ("Verdict", "Spend",),
+    "system.config": ("Config", "load_config",),
     # the wake-up path and the auditor's views
-    "section": "fastpath", "verify": "audit", "log": "audit", "blame": "audit",
-    "show": "audit", "diff_states": "audit", "Check": "audit", "StateDiff": "audit",
+    "wakeup.fastpath": ("section",),
+    "audit.views": ("verify", "log", "blame", "show", "diff_states", "Check", "StateDiff",),
     # the error tree
-    "GitStateError": "errors", "UsageError": "errors", "NotInitialized": "errors",
-    "Refused": "errors", "InvalidInput": "errors", "CasMismatch": "errors",
-    "KeyCapReached": "errors", "SectionTooLarge": "errors", "InjectionTooLarge": "errors",
-    "HandoffTooLarge": "errors", "ConfigError": "errors", "StoreError": "errors",
-    "HistoryRewritten": "errors", "LockTimeout": "errors",
-}
+    "core.errors": ("GitStateError", "UsageError", "NotInitialized", "Refused", "InvalidInput",
+                    "CasMismatch", "KeyCapReached", "SectionTooLarge", "InjectionTooLarge",
+                    "HandoffTooLarge", "ConfigError", "StoreError", "HistoryRewritten",
+                    "LockTimeout",),
+}.items() for name in names}
 
 __all__ = [  # the keys of _EXPORTS and the version (a test keeps the two in step)
     "UNSET",
@@ -101,10 +99,10 @@ __all__ = [  # the keys of _EXPORTS and the version (a test keeps the two in ste
 ]
 
 if TYPE_CHECKING:
-    from .approvals import Spend, Verdict
-    from .audit import Check, StateDiff, blame, diff_states, log, show, verify
-    from .config import Config, load_config
-    from .errors import (
+    from .api.repo import StateRepo
+    from .approvals.steps import Spend, Verdict
+    from .audit.views import Check, StateDiff, blame, diff_states, log, show, verify
+    from .core.errors import (
         CasMismatch,
         ConfigError,
         GitStateError,
@@ -120,10 +118,8 @@ if TYPE_CHECKING:
         StoreError,
         UsageError,
     )
-    from .fastpath import section
-    from .model import Entry, Handoff, Scalar, State, Value
-    from .planners import UNSET, Expected, Observation, Unset
-    from .records import (
+    from .core.model import Entry, Handoff, Scalar, State, Value
+    from .core.records import (
         ApprovalRequest,
         ChangeRecord,
         HistoryEntry,
@@ -131,8 +127,7 @@ if TYPE_CHECKING:
         RunGoal,
         RunSummary,
     )
-    from .repo import StateRepo
-    from .results import (
+    from .core.results import (
         DiscardResult,
         KeyState,
         Overridden,
@@ -145,6 +140,9 @@ if TYPE_CHECKING:
         refusal,
         to_json,
     )
+    from .system.config import Config, load_config
+    from .wakeup.fastpath import section
+    from .write.planners import UNSET, Expected, Observation, Unset
 
 
 def __getattr__(name: str) -> object:

@@ -13,7 +13,7 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    from .fastpath import parse_fast, run_fast
+    from .wakeup.fastpath import parse_fast, run_fast
 
     fast = parse_fast(args)
     if fast is not None:

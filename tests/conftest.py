@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 from tests.helpers import Clock, npm_ci
 
 

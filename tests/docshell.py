@@ -63,8 +63,6 @@ def _child(msg: dict[str, object], fds: list[int]) -> int:
 
 
 def serve(path: str) -> None:
-    import gitstate.cli  # the imports every command pays for, paid once
-    import gitstate.repo  # noqa: F401
 
     server = socket.socket(socket.AF_UNIX)
     server.bind(path)

@@ -8,9 +8,9 @@ from pathlib import Path
 from dulwich.objects import Blob, Commit, Tree
 from dulwich.repo import Repo
 
-from gitstate.model import EMPTY, State
-from gitstate.replay import apply_change
-from gitstate.trailers import Change
+from gitstate.core.model import EMPTY, State
+from gitstate.core.trailers import Change
+from gitstate.history.replay import apply_change
 
 MODE = 0o100644
 

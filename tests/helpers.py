@@ -73,7 +73,7 @@ def commit_count(state_dir: Path) -> int:
 
 
 def assert_fsck_clean(state_dir: Path) -> None:
-    from gitstate.maintenance import wait_idle
+    from gitstate.write.maintenance import wait_idle
 
     assert wait_idle(state_dir / ".git"), "background maintenance did not finish"
     out = git(state_dir, "fsck", "--strict", "--no-dangling")

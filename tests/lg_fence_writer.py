@@ -17,7 +17,7 @@ import time
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.types import Command
 
-from gitstate.errors import GitStateError
+from gitstate.core.errors import GitStateError
 from gitstate.langgraph import GitCheckpointSaver
 from tests.lg_graph import build
 

@@ -9,7 +9,7 @@ the journal, from it or its previous generation: :func:`refs_to_search`). A fail
 prints ``ERROR <kind>: <message>`` and exits 1: a live writer never fails. SIGTERM ends
 the loop after the write in flight.
 
-With ``--pause POINT`` (a point of gitstate.faults, e.g. ``ref.locked``) the first write
+With ``--pause POINT`` (a point of gitstate.system.faults, e.g. ``ref.locked``) the first write
 stops there, prints ``paused`` and goes on once a line arrives on stdin, then the process
 exits: a writer of that namespace alive inside its write, its kernel lock and its
 ``<ref>.lock`` held. Used by tests/test_recovery.py and bench/kill_matrix.py; a new kind
@@ -37,7 +37,7 @@ def refs_to_search(ref: str) -> tuple[str, ...]:
 
 
 def _pause_at(point: str) -> None:
-    from gitstate import faults
+    from gitstate.system import faults
 
     armed = [True]
     real = faults.hit
@@ -78,7 +78,7 @@ def _thread_writer(agent: str, tag: str) -> tuple[Write, Any]:
 
 def _writer(agent: str, ns: str, tag: str) -> tuple[Write, Any]:
     """A function doing write ``n``, and what to close at the end."""
-    from gitstate.repo import StateRepo
+    from gitstate.api.repo import StateRepo
 
     if ns == "thread":
         return _thread_writer(agent, tag)
@@ -104,8 +104,8 @@ def _writer(agent: str, ns: str, tag: str) -> tuple[Write, Any]:
         return event, repo
     if ns != "journal":
         raise SystemExit(f"unknown namespace {ns}")
-    from gitstate import refusals
-    from gitstate.engine import identity
+    from gitstate.history import refusals
+    from gitstate.write.engine import identity
 
     def record(n: int) -> tuple[str, str]:
         commit = refusals.record(repo.store, identity(repo.config), rule="kill.matrix",

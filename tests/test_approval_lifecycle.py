@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gitstate import audit
-from gitstate.errors import InvalidInput, KeyCapReached
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.audit import views as audit
+from gitstate.core.errors import InvalidInput, KeyCapReached
 from tests.helpers import GIT, Clock, run_cli
 
 SCHEMA = """\
@@ -77,7 +77,7 @@ def test_a_retired_approval_keeps_its_rules(agent_dir: Path) -> None:
     assert _approval_keys(repo) == []
     [record] = repo.approvals()
     assert record["status"] == "consumed" and record["outcome"] == "failed"
-    from gitstate.errors import Refused
+    from gitstate.core.errors import Refused
 
     with pytest.raises(Refused) as exc:
         repo.consume_approval(approval, "refund", {"order": 1})

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gitstate import audit
-from gitstate.errors import InvalidInput, Refused
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.audit import views as audit
+from gitstate.core.errors import InvalidInput, Refused
 from tests.helpers import Clock, run_cli
 
 SCHEMA = """\

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from gitstate import audit
-from gitstate.errors import CasMismatch, HistoryRewritten, KeyCapReached, Refused
-from gitstate.model import STATE_FILE, State
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.audit import views as audit
+from gitstate.core.errors import CasMismatch, HistoryRewritten, KeyCapReached, Refused
+from gitstate.core.model import STATE_FILE, State
 from tests.helpers import Clock, commit_count, git, run_cli
 
 START = datetime(2026, 8, 13, 0, 0, tzinfo=UTC)
@@ -316,8 +316,8 @@ def test_history_rebuild_matches_incremental(repo: StateRepo) -> None:
 
 def test_state_at_every_commit_replays(repo: StateRepo) -> None:
     """Replaying trailers reproduces every intermediate state, not only HEAD."""
-    from gitstate.replay import apply_change
-    from gitstate.trailers import parse_message
+    from gitstate.core.trailers import parse_message
+    from gitstate.history.replay import apply_change
 
     repo.set("a", 1, "r", ttl_hours=2)
     repo.handoff("n", status="blocked", blocker="b")

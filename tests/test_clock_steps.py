@@ -1,6 +1,6 @@
 """The clock model (docs/reliability.md, "Clock"): real processes under libfaketime
 (Debian's ``faketime``) step the wall clock ahead and back; the kernel's boot clock does not
-move with it, so a stepped reading is not believed (gitstate/clockbase.py). One write made
+move with it, so a stepped reading is not believed (gitstate/system/clock.py). One write made
 with the clock two days ahead dates nothing two days ahead: an approval requested before
 it is still approved and spent, ``can_run``, the spend and the rendered section agree, a
 TTL set after it lasts its hour; a run's deadline is neither crossed by a reading ahead nor
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 from tests.helpers import GIT, trust_remote
 
 FAKETIME = shutil.which("faketime")
@@ -50,7 +50,7 @@ def _cli(agent: Path, offset: str | None, *argv: str) -> subprocess.CompletedPro
 
 def _py(agent: Path, offset: str | None, code: str) -> subprocess.CompletedProcess[str]:
     """Python code against the agent's StateRepo (``repo``), in its own process."""
-    command = [sys.executable, "-c", "import sys\nfrom gitstate.repo import StateRepo\n"
+    command = [sys.executable, "-c", "import sys\nfrom gitstate.api.repo import StateRepo\n"
                f"repo = StateRepo({str(agent)!r})\n" + code]
     if offset is not None:
         assert FAKETIME is not None

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from gitstate.config import resolve_tz
-from gitstate.fastpath import section
-from gitstate.model import STATE_FILE, State
-from gitstate.render import render
-from gitstate.repo import StateRepo
-from gitstate.results import to_json
+from gitstate.api.repo import StateRepo
+from gitstate.core.model import STATE_FILE, State
+from gitstate.core.render import render
+from gitstate.core.results import to_json
+from gitstate.system.config import resolve_tz
+from gitstate.wakeup.fastpath import section
 from tests.helpers import assert_fsck_clean, git
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,7 +114,7 @@ def _chain(records: list[dict[str, object]]) -> None:
 def test_readers_beside_writers_never_see_a_rewrite_or_a_hand_edit(agent_dir: Path) -> None:
     """Readers take no lock: a write landing between their reads of HEAD, the history file
     and the working tree must not look like a rewritten branch, a hand edit or a gap."""
-    from gitstate import audit
+    from gitstate.audit import views as audit
 
     with StateRepo.init(agent_dir) as repo:
         repo.set("counter", 0, "start")

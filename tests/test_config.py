@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gitstate.config import Config, load_config
-from gitstate.errors import ConfigError
+from gitstate.core.errors import ConfigError
+from gitstate.system.config import Config, load_config
 
 
 def _load(tmp_path: Path, text: str) -> Config:
@@ -71,7 +71,7 @@ def test_huge_config_is_refused(tmp_path: Path) -> None:
 
 
 def _agent(tmp_path: Path, text: str) -> Path:
-    from gitstate.repo import StateRepo
+    from gitstate.api.repo import StateRepo
 
     StateRepo.init(tmp_path).close()
     (tmp_path / "config.toml").write_text(text, encoding="utf-8")
@@ -88,7 +88,7 @@ def test_a_parsed_config_is_kept_and_a_wake_up_skips_tomllib(tmp_path: Path) -> 
     assert load_config(agent).max_keys == 7
     cache = agent / "state" / ".git" / "gitstate-config.json"
     assert cache.is_file()
-    code = ("import sys\nfrom gitstate.config import load_config\n"
+    code = ("import sys\nfrom gitstate.system.config import load_config\n"
             f"print(load_config({str(agent)!r}).max_keys, 'tomllib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from gitstate.errors import GitStateError
-from gitstate.fastpath import section
-from gitstate.model import STATE_FILE
-from gitstate.render import HEADER
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.core.errors import GitStateError
+from gitstate.core.model import STATE_FILE
+from gitstate.core.render import HEADER
+from gitstate.wakeup.fastpath import section
 from tests.helpers import commit_count, run_cli
 
 CASES: list[dict[str, Any]] = json.loads(

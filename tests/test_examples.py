@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gitstate.githooks import PRE_COMMIT
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.remote.githooks import PRE_COMMIT
 from tests.helpers import git
 
 ROOT = Path(__file__).resolve().parent.parent

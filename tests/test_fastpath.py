@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gitstate.model import STATE_FILE
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.core.model import STATE_FILE
 from tests.helpers import run_cli
 
 
@@ -47,7 +47,7 @@ def test_the_wake_up_path_imports_no_pathlib_typing_or_datetime_py(tmp_path: Pat
                              text=True, check=True, input="",
                              env={**os.environ, "PYTHONPATH": str(root)})
         loaded = set(out.stdout.split())
-        assert "gitstate.fastpath" in loaded and "gitstate.store" not in loaded, args
+        assert "gitstate.wakeup.fastpath" in loaded and "gitstate.store" not in loaded, args
         assert not loaded & unwanted, (args, loaded & unwanted)
 
 
@@ -120,7 +120,7 @@ def test_hook_never_blocks_on_error(tmp_path: Path) -> None:
 
 def test_packed_ref_is_read(repo: StateRepo) -> None:
     """After `git pack-refs` the fast path still finds main."""
-    from gitstate.fastpath import head_state_fast
+    from gitstate.wakeup.fastpath import head_state_fast
     from tests.helpers import git
 
     repo.set("k", 1, "r")

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gitstate.fleet import agent_dirs, fleet, opened_row
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.audit.fleet import agent_dirs, fleet, opened_row
 from tests.helpers import run_cli
 
 
@@ -59,7 +59,7 @@ def test_quick_rows_equal_the_opened_repository_and_need_no_dulwich(tmp_path: Pa
     assert quick["typed"]["verify"] == "ok" and quick["lone"]["expiring"] == ["stop"]
     for name in ("ahead", "edited"):
         (root / name).rename(tmp_path / name)  # leave only the agents the quick row reads
-    code = ("import sys; from pathlib import Path; from gitstate.fleet import fleet; "
+    code = ("import sys; from pathlib import Path; from gitstate.audit.fleet import fleet; "
             f"rows = fleet(Path({str(root)!r}), full=False); "
             "print(len(rows), 'dulwich' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -23,7 +23,7 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 from tests.mcpclient import LINE
 
 pytestmark = pytest.mark.anyio

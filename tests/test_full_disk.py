@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from gitstate import audit
-from gitstate.errors import CasMismatch, StoreError
-from gitstate.layout import REFUSALS_FAILED_FILE, REFUSALS_LOCK_FILE
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.audit import views as audit
+from gitstate.core.errors import CasMismatch, StoreError
+from gitstate.core.layout import REFUSALS_FAILED_FILE, REFUSALS_LOCK_FILE
 from tests.helpers import assert_fsck_clean, git
 from tests.test_write_path import _mounted
 

@@ -15,7 +15,7 @@ from typing import IO
 
 import pytest
 
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST_BUDGET_SECONDS = 3.0  # Claude Code's hooks get seconds (hooks/claude-code: 10)

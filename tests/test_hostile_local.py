@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from gitstate import audit
-from gitstate.config import Config
-from gitstate.errors import CasMismatch, InvalidInput
-from gitstate.fastpath import section
-from gitstate.maintenance import PID_FILE, maybe_start, run_gc, wait_idle
-from gitstate.model import Entry, Handoff, State
-from gitstate.render import HEADER
-from gitstate.repo import StateRepo
-from gitstate.results import to_json
-from gitstate.trailers import parse_message
+from gitstate.api.repo import StateRepo
+from gitstate.audit import views as audit
+from gitstate.core.errors import CasMismatch, InvalidInput
+from gitstate.core.model import Entry, Handoff, State
+from gitstate.core.render import HEADER
+from gitstate.core.results import to_json
+from gitstate.core.trailers import parse_message
+from gitstate.system.config import Config
+from gitstate.wakeup.fastpath import section
+from gitstate.write.maintenance import PID_FILE, maybe_start, run_gc, wait_idle
 from tests.forge import Forge
 from tests.helpers import Clock, assert_fsck_clean, commit_count, git
 

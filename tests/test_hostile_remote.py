@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from gitstate import audit
-from gitstate.errors import GitStateError, Refused
-from gitstate.fastpath import section
-from gitstate.model import Entry
-from gitstate.repo import StateRepo
-from gitstate.trailers import Change
+from gitstate.api.repo import StateRepo
+from gitstate.audit import views as audit
+from gitstate.core.errors import GitStateError, Refused
+from gitstate.core.model import Entry
+from gitstate.core.trailers import Change
+from gitstate.wakeup.fastpath import section
 from tests.forge import MODE, Forge
 from tests.helpers import GIT, install_pre_receive
 
@@ -61,7 +61,7 @@ def _approval(step: str | None, value: dict[str, object]) -> Change:
 
 
 def _hashed(value: dict[str, object]) -> dict[str, object]:
-    from gitstate.approvals import frozen
+    from gitstate.approvals.steps import frozen
 
     return {**value, "args_sha256": frozen(value["args"])[1]}
 
@@ -350,7 +350,7 @@ def test_git_processes_never_run_repository_config(world: tuple[Path, Path, Forg
     home.mkdir()
     _arm(home / ".gitconfig", mark, hooks)
     monkeypatch.setenv("HOME", str(home))
-    from gitstate.maintenance import run_gc
+    from gitstate.write.maintenance import run_gc
 
     with StateRepo(b) as repo:
         checks = {c.name: c for c in audit.verify(repo)}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 from tests.helpers import npm_ci
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gitstate.errors import InjectionTooLarge
-from gitstate.model import Entry, Handoff, State
-from gitstate.render import HEADER, section_chars, section_chars_bound, text_chars
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.core.errors import InjectionTooLarge
+from gitstate.core.model import Entry, Handoff, State
+from gitstate.core.render import HEADER, section_chars, section_chars_bound, text_chars
 
 ROOT = Path(__file__).resolve().parent.parent
 

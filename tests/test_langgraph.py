@@ -220,7 +220,7 @@ def test_a_forged_thread_commit_is_named_not_a_traceback(tmp_path: Path) -> None
     out = run_cli("log", "--thread", "t-bad", agent_dir=agent)
     assert out.returncode == 3 and "[thread.damaged]" in out.stderr
     with GitCheckpointSaver(agent) as saver:
-        from gitstate.errors import StoreError
+        from gitstate.core.errors import StoreError
 
         with pytest.raises(StoreError):
             saver.get_tuple({"configurable": {"thread_id": "t-bad"}})

@@ -21,12 +21,12 @@ pytest.importorskip("langgraph.checkpoint.base")
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 
-from gitstate import layout
+from gitstate.core import layout
+from gitstate.core.trailers import encode_json
 from gitstate.langgraph import PREFIX, GitCheckpointSaver, enc
-from gitstate.lgformat import typed
-from gitstate.lgjournal import Journal
 from gitstate.store.trees import BlobRef, Change
-from gitstate.trailers import encode_json
+from gitstate.threads.format import typed
+from gitstate.threads.journal import Journal
 from tests.helpers import GIT, assert_fsck_clean, git
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -254,8 +254,8 @@ def test_the_journal_is_rewritten_in_place_and_a_torn_record_ends_it(tmp_path: P
 
 
 def test_the_windowed_secret_scan_finds_what_the_whole_scan_finds() -> None:
-    from gitstate import secretscan
-    from gitstate.lgformat import WINDOW, scan_windows
+    from gitstate.core import secretscan
+    from gitstate.threads.format import WINDOW, scan_windows
 
     token = "ghp_" + "aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6"
     assert secretscan.scan_bytes(token.encode()) is not None

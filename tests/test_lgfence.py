@@ -1,4 +1,4 @@
-"""One writer per LangGraph thread (gitstate/lgfence.py): an owner claims a thread, a
+"""One writer per LangGraph thread (gitstate/langgraph/fence.py): an owner claims a thread, a
 second writer resuming it supersedes the first, and the first's later writes are refused
 with ``thread.superseded`` and never become durable — in one process, with real processes,
 with the first writer stopped (SIGSTOP) while the second takes over, and with two
@@ -20,7 +20,7 @@ pytest.importorskip("langgraph.checkpoint.base")
 
 from langgraph.checkpoint.base import empty_checkpoint
 
-from gitstate.errors import ThreadSuperseded
+from gitstate.core.errors import ThreadSuperseded
 from gitstate.langgraph import GitCheckpointSaver
 from tests.helpers import GIT, assert_fsck_clean, git
 

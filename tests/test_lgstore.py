@@ -38,9 +38,9 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from gitstate.errors import GitStateError, InvalidInput, KeyCapReached
+from gitstate.core.errors import GitStateError, InvalidInput, KeyCapReached
 from gitstate.langgraph import GitCheckpointSaver, GitStateStore
-from gitstate.lgstore import escape, item_key, parse_item_key, unescape
+from gitstate.langgraph.store import escape, item_key, parse_item_key, unescape
 from tests.helpers import GIT, assert_fsck_clean, git
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""LangGraph threads travel (gitstate/lgsync.py, gitstate/lgcheck.py): push, pull and clone
+"""LangGraph threads travel (gitstate/threads/sync.py, gitstate/threads/check.py): push, pull and clone
 carry a thread when asked; a graph interrupted in one clone resumes with
 ``Command(resume=...)`` in another; every commit of a thread from elsewhere is re-derived
 (the saver's own messages and structure, never LangGraph's serde) on pull and by the
@@ -21,10 +21,10 @@ from dulwich.objects import Blob, Commit, Tree
 from dulwich.repo import Repo
 from langgraph.types import Command
 
-from gitstate.errors import Refused
+from gitstate.api.repo import StateRepo
+from gitstate.core.errors import Refused
 from gitstate.langgraph import GitCheckpointSaver, enc
-from gitstate.lgcheck import check_thread
-from gitstate.repo import StateRepo
+from gitstate.threads.check import check_thread
 from tests.helpers import GIT, assert_fsck_clean, git, install_pre_receive
 from tests.lg_graph import build
 
@@ -187,7 +187,7 @@ _NEXT = "1fffffff-ffff-6fff-8fff-ffffffffffff"
 def _fresh(tree: Tree, message: bytes) -> tuple[Tree, bytes]:
     """The message the saver would write for a next checkpoint (a new id, no pending
     writes): whatever else the forgery changed is all that is wrong."""
-    from gitstate.lgformat import checkpoint_head, checkpoint_message, parse_trailers
+    from gitstate.threads.format import checkpoint_head, checkpoint_message, parse_trailers
 
     head = json.loads(parse_trailers(message)["Checkpoint"])
     new = _NEXT
@@ -230,8 +230,8 @@ def _msgpack_call(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
 
 def _pending_call(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
     """A next checkpoint whose pending write holds the call."""
-    from gitstate import lgjournal
-    from gitstate.lgformat import checkpoint_head, checkpoint_message, parse_trailers
+    from gitstate.threads import journal as lgjournal
+    from gitstate.threads.format import checkpoint_head, checkpoint_message, parse_trailers
 
     tree, _ = _fresh(tree, message)
     head = json.loads(parse_trailers(message)["Checkpoint"])
@@ -246,7 +246,7 @@ def _pending_call(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
 def _smuggled(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
     """A summary whose U+001C (a line break to str.splitlines) starts a Prune-Keep
     trailer: a reader splitting there would rewind the thread."""
-    from gitstate.lgformat import parse_trailers
+    from gitstate.threads.format import parse_trailers
 
     first = json.loads(parse_trailers(message)["Checkpoint"])
     tree, fresh = _fresh(tree, message)
@@ -371,7 +371,7 @@ def test_a_thread_id_in_a_ref_name_is_checked_as_the_saver_checks_one(
 
 def test_the_saver_escapes_line_breaks_in_a_summary(tmp_path: Path) -> None:
     """No character a reader could split a line at reaches a message the saver builds."""
-    from gitstate.lgformat import LINE_BREAKS, checkpoint_head, checkpoint_message
+    from gitstate.threads.format import LINE_BREAKS, checkpoint_head, checkpoint_message
 
     source = "loop" + "".join(sorted(LINE_BREAKS)) + "Gitstate-Prune-Keep: []"
     message = checkpoint_message(checkpoint_head("c1", None, source, 1, None), "c1", [])

@@ -133,7 +133,7 @@ def test_one_function_reads_every_given_time() -> None:
     """No CLI module and no wake-up path parses a time by itself: a given time goes through
     model.parse_given_time (model.parse_time reads the stored, UTC ones)."""
     files = [*sorted((ROOT / "gitstate" / "cli").glob("*.py")),
-             ROOT / "gitstate" / "fastpath.py"]
+             ROOT / "gitstate" / "wakeup" / "fastpath.py"]
     for path in files:
         tree = ast.parse(path.read_text())
         names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | \

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from gitstate import locking
-from gitstate.errors import LockTimeout
+from gitstate.core.errors import LockTimeout
+from gitstate.system import locking
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,7 +113,7 @@ def test_a_waiter_is_not_starved_by_a_holder_that_takes_the_lock_again_at_once(
 INTERRUPTED = """
 import signal, sys, time
 from pathlib import Path
-from gitstate import locking
+from gitstate.system import locking
 
 def interrupt(*_):
     raise KeyboardInterrupt

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gitstate import audit
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.audit import views as audit
 from tests.helpers import GIT, assert_fsck_clean, git
 
 ROOT = Path(__file__).resolve().parent.parent

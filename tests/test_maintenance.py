@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gitstate import audit
-from gitstate.maintenance import last_failure, run_gc, wait_idle
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.audit import views as audit
+from gitstate.write.maintenance import last_failure, run_gc, wait_idle
 from tests.helpers import assert_fsck_clean, git, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent

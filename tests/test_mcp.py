@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 from tests.helpers import commit_count
 from tests.mcpclient import Client, connect
 

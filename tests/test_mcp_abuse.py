@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from gitstate import audit
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.audit import views as audit
 from tests.helpers import commit_count
 
 pytest.importorskip("mcp")

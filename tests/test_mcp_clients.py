@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 from tests.helpers import HttpServer
 
 ROOT = Path(__file__).resolve().parent.parent

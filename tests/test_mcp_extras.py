@@ -19,7 +19,7 @@ pytest.importorskip("mcp")
 
 from mcp.types import ResourceTemplateReference
 
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 from tests import mcpclient
 from tests.mcpclient import Client
 

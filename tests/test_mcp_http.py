@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 from tests.helpers import HttpServer, npm_ci
 from tests.test_mcp_clients import run_ts_client
 

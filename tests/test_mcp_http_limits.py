@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 from tests.helpers import HttpServer
 
 pytest.importorskip("mcp")
@@ -179,7 +179,7 @@ def test_the_log_format_withholds_session_ids() -> None:
     import logging
     import uuid
 
-    from gitstate.mcp_http import RedactingFormatter
+    from gitstate.mcp.http import RedactingFormatter
 
     out = io.StringIO()
     handler = logging.StreamHandler(out)

@@ -1,6 +1,6 @@
 """Resumable streams over Streamable HTTP: an SSE answer carries event ids, opens with a
 priming event holding a ``retry`` field, and a client that reconnects with
-``Last-Event-ID`` gets what followed that event on its stream (gitstate/mcp_events.py)."""
+``Last-Event-ID`` gets what followed that event on its stream (gitstate/mcp/events.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 from tests.helpers import HttpServer
 
 PROTOCOL = "2025-11-25"  # priming events come with this revision of the protocol

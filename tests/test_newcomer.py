@@ -184,8 +184,8 @@ def _readme_tools() -> list[str]:
 def test_mcp_help_and_readme_list_the_servers_tools() -> None:
     """`mcp --help` lists every tool of the server's own list, in its order, with its
     description's first sentence; README's list is the same."""
-    from gitstate.config import Config
-    from gitstate.mcp_tools import tools
+    from gitstate.mcp.tools import tools
+    from gitstate.system.config import Config
 
     server = tools(Config(), "")
     names = [t.name for t in server]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gitstate.errors import StoreError
+from gitstate.core.errors import StoreError
 from gitstate.store import packindex
 from gitstate.store.objheader import HeaderError, Headers
 from gitstate.store.packindex import PackBounds, PackSink, index_pack

@@ -18,11 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from gitstate import layout, maintenance, refusals
-from gitstate.config import Config
-from gitstate.errors import GitStateError
-from gitstate.repo import StateRepo
-from gitstate.safefile import NotRegular
+from gitstate.api.repo import StateRepo
+from gitstate.core import layout
+from gitstate.core.errors import GitStateError
+from gitstate.history import refusals
+from gitstate.system.config import Config
+from gitstate.system.safefile import NotRegular
+from gitstate.write import maintenance
 from tests.helpers import git
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,7 +144,7 @@ def _origin(agent: Path) -> None:
 
 
 def _demo(agent: Path) -> None:
-    from gitstate.demo import run_demo
+    from gitstate.cli.demo import run_demo
 
     run_demo(agent)
 

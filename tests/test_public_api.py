@@ -116,7 +116,7 @@ def _loaded_by(*argv: str) -> set[str]:
 def test_help_loads_only_what_it_uses() -> None:
     """`gitstate --help` loads click and the command modules, never dulwich, pydantic,
     ruamel or the repository; one command's help loads that command's module alone."""
-    heavy = {"dulwich", "pydantic", "ruamel.yaml", "mcp", "gitstate.repo", "gitstate.store"}
+    heavy = {"dulwich", "pydantic", "ruamel.yaml", "mcp", "gitstate.api.repo", "gitstate.store"}
     top = _loaded_by("--help")
     assert not heavy & top
     one = _loaded_by("set", "--help")
@@ -149,7 +149,7 @@ def test_mcp_output_schema_accepts_the_cli_json(tmp_path: Path) -> None:
     advertises for the same tool (and so does the server's own structured content)."""
     jsonschema = pytest.importorskip("jsonschema")
     pytest.importorskip("mcp")
-    from gitstate.mcp_schema import StateOut, WriteOut
+    from gitstate.mcp.schema import StateOut, WriteOut
 
     schemas = {"write": WriteOut.model_json_schema(), "state": StateOut.model_json_schema()}
     run_cli("init", agent_dir=tmp_path)
@@ -175,7 +175,7 @@ async def test_mcp_server_advertises_the_generated_schemas(tmp_path: Path) -> No
     ones the CLI's JSON was checked against above), and its own answers fit them."""
     jsonschema = pytest.importorskip("jsonschema")
     pytest.importorskip("mcp")
-    from gitstate.mcp_schema import StateOut, WriteOut, output_schema
+    from gitstate.mcp.schema import StateOut, WriteOut, output_schema
     from tests.mcpclient import connect
 
     schemas = {"write": output_schema(WriteOut.model_json_schema()),

@@ -8,9 +8,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gitstate.errors import GitStateError
-from gitstate.model import STATE_FILE
-from gitstate.repo import UNSET, StateRepo
+from gitstate.api.repo import UNSET, StateRepo
+from gitstate.core.errors import GitStateError
+from gitstate.core.model import STATE_FILE
 from tests.helpers import Clock
 
 keys = st.one_of(

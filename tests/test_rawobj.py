@@ -1,5 +1,5 @@
 """Raw trees and commits by git fsck's rules (gitstate/store/rawobj.py), and ref names by
-git check-ref-format's (gitstate/layout.py), each checked against the git CLI itself."""
+git check-ref-format's (gitstate/core/layout.py), each checked against the git CLI itself."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gitstate import layout
-from gitstate.errors import StoreError
+from gitstate.core import layout
+from gitstate.core.errors import StoreError
 from gitstate.store.rawobj import check_commit, tree_entries
 from tests.helpers import GIT
 

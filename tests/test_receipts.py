@@ -7,8 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from gitstate import receipts
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.history import receipts
 from tests.helpers import run_cli
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gitstate import audit
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.audit import views as audit
 from tests.helpers import assert_fsck_clean, git
 from tests.ns_workers import JOURNAL_REFS, RUN_EVENTS, refs_to_search
 
@@ -118,7 +118,7 @@ def test_a_ref_deletion_replaces_its_own_stale_lock_and_never_a_shared_one(
     """Deleting a thread (its refs archived) under the thread's lock: the ref's own stale
     `<ref>.lock` is replaced; a `packed-refs.lock`, which any namespace's writer may hold,
     is waited for and then named (store.contention), never removed."""
-    from gitstate.errors import StoreError
+    from gitstate.core.errors import StoreError
     from gitstate.langgraph import GitCheckpointSaver
 
     agent = tmp_path / "agent"

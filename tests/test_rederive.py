@@ -23,12 +23,13 @@ from typing import Any
 
 import pytest
 
-from gitstate import approvals, runs
-from gitstate.errors import GitStateError
-from gitstate.model import format_time
-from gitstate.repo import StateRepo
-from gitstate.runformat import PREFIX, encode_run, message
-from gitstate.trailers import Change
+from gitstate.api.repo import StateRepo
+from gitstate.approvals import steps as approvals
+from gitstate.core.errors import GitStateError
+from gitstate.core.model import format_time
+from gitstate.core.trailers import Change
+from gitstate.runs import model as runs
+from gitstate.runs.format import PREFIX, encode_run, message
 from tests.forge import Forge
 from tests.helpers import GIT, Clock, git, install_pre_receive, trust_remote
 from tests.hostile_git_server import served
@@ -708,7 +709,7 @@ def _journal_lie(w: World, **fields: Any) -> str:
 
 
 def _summary_forged(w: World) -> str:
-    from gitstate import refusals
+    from gitstate.history import refusals
 
     entry = {**dict.fromkeys(refusals.FIELDS), "time": format_time(datetime.now(UTC)),
              "rule": "schema.range", "op": "set", "key": "stop_loss", "attempted": 1,
@@ -721,7 +722,7 @@ def _summary_forged(w: World) -> str:
 
 
 def _true_for_one(w: World) -> str:
-    from gitstate import refusals
+    from gitstate.history import refusals
 
     entry = {**dict.fromkeys(refusals.FIELDS), "time": format_time(datetime.now(UTC)),
              "rule": "schema.range", "op": "set", "key": "stop_loss", "attempted": 1,
@@ -775,7 +776,7 @@ def test_the_hook_refuses_a_journal_record_the_journal_would_not_write(
 def test_an_honest_journal_passes_pull_and_the_hook(world: World) -> None:
     """The control: A's own refusals (an attempt clipped, a clock that stepped back)
     re-derive, through the hook and on B."""
-    from gitstate import refusals
+    from gitstate.history import refusals
 
     server = world.guarded()
     world.a.store.set_remote_url(str(server))

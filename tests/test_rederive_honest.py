@@ -20,13 +20,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gitstate import foreign, refusals
-from gitstate.errors import GitStateError
-from gitstate.layout import JOURNAL_REF
-from gitstate.repo import StateRepo
-from gitstate.runcheck import replay_problems
-from gitstate.runformat import PREFIX
-from gitstate.trust import Trust
+from gitstate.accept import main as foreign
+from gitstate.accept.trust import Trust
+from gitstate.api.repo import StateRepo
+from gitstate.core.errors import GitStateError
+from gitstate.core.layout import JOURNAL_REF
+from gitstate.history import refusals
+from gitstate.runs.check import replay_problems
+from gitstate.runs.format import PREFIX
 from tests.helpers import GIT, Clock, SigningKeys, install_pre_receive, trust_remote
 
 pytestmark = [pytest.mark.slow,

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from gitstate import refusals
-from gitstate.errors import GitStateError
-from gitstate.htmlreport import slug
-from gitstate.repo import StateRepo
-from gitstate.trailers import encode_json
+from gitstate.api.repo import StateRepo
+from gitstate.core.errors import GitStateError
+from gitstate.core.trailers import encode_json
+from gitstate.history import refusals
+from gitstate.report.html import slug
 from tests.helpers import GIT, assert_fsck_clean, git, install_pre_receive, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,9 +72,9 @@ def test_retention_keeps_two_generations(repo: StateRepo, monkeypatch: pytest.Mo
 
 STORM = """
 import sys
-from gitstate.repo import StateRepo
-from gitstate.errors import GitStateError
-from gitstate.htmlreport import slug
+from gitstate.api.repo import StateRepo
+from gitstate.core.errors import GitStateError
+from gitstate.report.html import slug
 repo = StateRepo(sys.argv[1], writer="agent")
 for i in range(int(sys.argv[3])):
     try:
@@ -85,7 +85,7 @@ for i in range(int(sys.argv[3])):
 """
 WRITER = """
 import sys
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 repo = StateRepo(sys.argv[1])
 for i in range(int(sys.argv[2])):
     repo.set("counter", i, "main write beside the storm")
@@ -107,7 +107,7 @@ def test_a_refusal_storm_from_four_processes_loses_none(repo: StateRepo) -> None
     with StateRepo(repo.agent_dir) as fresh:
         assert fresh.state().keys["counter"].value == 49
         assert fresh.state().keys["stop_loss.2317"].value == 262
-        from gitstate.audit import verify
+        from gitstate.audit.views import verify
 
         assert [c.name for c in verify(fresh) if not c.ok] == []
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from gitstate import audit
-from gitstate.errors import StoreError
-from gitstate.fastpath import section
-from gitstate.faults import COMMITTED, POINTS
-from gitstate.model import STATE_FILE, State
-from gitstate.repo import StateRepo
-from gitstate.results import to_json
+from gitstate.api.repo import StateRepo
+from gitstate.audit import views as audit
+from gitstate.core.errors import StoreError
+from gitstate.core.model import STATE_FILE, State
+from gitstate.core.results import to_json
+from gitstate.system.faults import COMMITTED, POINTS
+from gitstate.wakeup.fastpath import section
 from tests.helpers import Clock, assert_fsck_clean, commit_count, git
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from gitstate import audit
-from gitstate.errors import CasMismatch, Refused, StoreError
-from gitstate.fleet import fleet
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.audit import views as audit
+from gitstate.audit.fleet import fleet
+from gitstate.core.errors import CasMismatch, Refused, StoreError
 from tests.helpers import GIT, free_port, git, install_pre_receive, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -427,7 +427,7 @@ def test_https_trusts_only_a_configured_certificate(tmp_path: Path,
 
 HIGH_FDS = """
 import os, resource, sys
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
 held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]  # the next fds are >= 1024

@@ -9,8 +9,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from gitstate.model import Entry, Handoff, State
-from gitstate.render import inline, render
+from gitstate.core.model import Entry, Handoff, State
+from gitstate.core.render import inline, render
 
 GOLDEN = Path(__file__).parent / "golden"
 TPE = ZoneInfo("Asia/Taipei")
@@ -110,7 +110,7 @@ def test_the_plain_text_shortcut_changes_nothing() -> None:
     import json
     import random
 
-    from gitstate.textsafe import dumps, hidden, inline, plain, visible
+    from gitstate.core.textsafe import dumps, hidden, inline, plain, visible
 
     pool = ["a", " ", "  ", "停損", "跌破", "「", "）", "·", "\u3000", "\u00a0", "\u00ad",
             "\u200b", "\u202e", "\u2028", "\u2029", "\u3164", "\uffa0", "\u115f", "\ufe00",

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gitstate.errors import (
+from gitstate.api.repo import StateRepo
+from gitstate.core.errors import (
     CasMismatch,
     HandoffTooLarge,
     InvalidInput,
@@ -15,9 +16,8 @@ from gitstate.errors import (
     NotInitialized,
     SectionTooLarge,
 )
-from gitstate.model import STATE_FILE
-from gitstate.repo import StateRepo
-from gitstate.results import to_json
+from gitstate.core.model import STATE_FILE
+from gitstate.core.results import to_json
 from tests.helpers import Clock, assert_fsck_clean, commit_count, git
 
 

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from gitstate import receipts
-from gitstate.demo import run_demo
-from gitstate.htmlreport import slug
-from gitstate.repo import StateRepo
-from gitstate.report import write_report
+from gitstate.api.repo import StateRepo
+from gitstate.cli.demo import run_demo
+from gitstate.history import receipts
+from gitstate.report.build import write_report
+from gitstate.report.html import slug
 from tests.helpers import Clock, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,7 +108,7 @@ def test_hostile_text_is_escaped_and_visible(repo: StateRepo, clock: Clock,
     assert '<tr class="expired">' in (site / "index.html").read_text(encoding="utf-8")
     # invisible and bidi characters never reach a state (the input rules refuse them); a
     # page would show any that did as \\uXXXX
-    from gitstate.htmlreport import esc
+    from gitstate.report.html import esc
 
     assert esc("262\u202e001\u202c<") == "262\\u202e001\\u202c&lt;"
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from gitstate import receipts
-from gitstate.demo import run_demo
-from gitstate.htmlreport import STYLE, slug
-from gitstate.repo import StateRepo
-from gitstate.report import write_report
-from gitstate.reportchart import span, ticks
+from gitstate.api.repo import StateRepo
+from gitstate.cli.demo import run_demo
+from gitstate.history import receipts
+from gitstate.report.build import write_report
+from gitstate.report.chart import span, ticks
+from gitstate.report.html import STYLE, slug
 from tests.helpers import Clock, run_cli
 
 W = 1100  # the chart's viewBox width

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gitstate import rules
-from gitstate.errors import HandoffTooLarge, InvalidInput
+from gitstate.core import rules
+from gitstate.core.errors import HandoffTooLarge, InvalidInput
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The pure core of run ledgers (gitstate/runs.py): strict events, the transition function,
+"""The pure core of run ledgers (gitstate/runs/model.py): strict events, the transition function,
 the rules the runtime enforces, and the next action. Seed 003's evals, at the level of the
 state machine (storage on refs comes on top of it)."""
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from gitstate import runs
-from gitstate.errors import InvalidInput
-from gitstate.runs import RunRefused, apply_event, new_run, next_action
+from gitstate.core.errors import InvalidInput
+from gitstate.runs import model as runs
+from gitstate.runs.model import RunRefused, apply_event, new_run, next_action
 
 NOW = datetime(2026, 8, 13, 1, 0, tzinfo=UTC)
 

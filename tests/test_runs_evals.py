@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from gitstate.errors import GitStateError
-from gitstate.repo import StateRepo
-from gitstate.runformat import PREFIX
-from gitstate.runs import RunRefused
+from gitstate.api.repo import StateRepo
+from gitstate.core.errors import GitStateError
+from gitstate.runs.format import PREFIX
+from gitstate.runs.model import RunRefused
 from tests.helpers import GIT, Clock, git, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,7 +97,7 @@ def test_eval_retries_are_idempotent(repo: StateRepo) -> None:
 
 WRITER = """
 import sys
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
 repo = StateRepo(sys.argv[1], writer="runtime")
 for i in range(10_000):
     repo.runs.event("refund-O-104", {"type": "tool_result_recorded", "tool_call_id": f"c{i}",
@@ -268,7 +268,7 @@ def test_eval_nothing_is_promoted_without_policy(repo: StateRepo) -> None:
     from tests.helpers import assert_fsck_clean
 
     assert_fsck_clean(repo.state_dir)
-    assert [c.name for c in __import__("gitstate.audit", fromlist=["verify"]).verify(repo)
+    assert [c.name for c in __import__("gitstate.audit.views", fromlist=["verify"]).verify(repo)
             if not c.ok] == []
 
 
@@ -288,7 +288,7 @@ def test_schema_writers_override_the_defaults_but_never_let_the_agent_approve(
     assert _refused(repo.runs.event, RUN, done, "done", writer="agent") == "run.writer"
     assert repo.runs.event(RUN, done, "done").state["stop_reason"] == "success"
     assert repo.runs.verify(RUN) == []  # the override is honoured by replay too
-    from gitstate.schema import SchemaError, parse_schema
+    from gitstate.core.schema import SchemaError, parse_schema
 
     with pytest.raises(SchemaError, match="never records its own approvals"):
         parse_schema("version: 1\nruns:\n  writers:\n    approval_recorded: [agent]\n")
@@ -349,8 +349,8 @@ def test_the_block_has_a_cap_and_is_never_cut(repo: StateRepo) -> None:
     assert rule == "run.block_too_large"
     from datetime import UTC
 
-    from gitstate.runrender import MAX_BYTES, largest
-    from gitstate.runs import next_action
+    from gitstate.runs.model import next_action
+    from gitstate.runs.render import MAX_BYTES, largest
 
     view = repo.runs.read(RUN)
     run = {"goal": view.goal.to_dict(), "state": view.state}
@@ -430,7 +430,7 @@ def test_the_refund_example_runs_end_to_end(tmp_path: Path) -> None:
                                         "run.writer": 1}
     with StateRepo(agent) as repo:
         assert repo.state().keys["refund.O-104"].value == "refunded"
-        assert [c.name for c in __import__("gitstate.audit", fromlist=["v"]).verify(repo)
+        assert [c.name for c in __import__("gitstate.audit.views", fromlist=["v"]).verify(repo)
                 if not c.ok] == []
 
 
@@ -450,7 +450,7 @@ def test_a_planted_symlink_for_the_run_cache_is_never_followed(repo: StateRepo,
 def test_the_block_and_the_section_fit_claude_codes_limit(repo: StateRepo) -> None:
     """The block is whole and the section fits what is left of the runtime's budget; a
     budget too small for both is named on stderr, never silently passed."""
-    from gitstate.fastpath import CLAUDE_CODE_MAX_CHARS
+    from gitstate.wakeup.fastpath import CLAUDE_CODE_MAX_CHARS
 
     for i in range(12):  # near the section's own cap (3,072 bytes of key lines)
         repo.set(f"rule.{i:02d}", "x" * 100, f"reason {i} " + "y" * 40)

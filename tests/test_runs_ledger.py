@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gitstate.repo import StateRepo
-from gitstate.runformat import PREFIX
-from gitstate.runs import RunRefused
+from gitstate.api.repo import StateRepo
+from gitstate.runs.format import PREFIX
+from gitstate.runs.model import RunRefused
 from tests.helpers import GIT, assert_fsck_clean, git
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,7 +102,7 @@ def test_a_new_process_resumes_the_run(repo: StateRepo) -> None:
     repo.runs.event("refund-O-104", {"type": "step_started", "step_id": "pay",
                                      "description": "pay 120", "side_effect": True},
                     "start paying", writer="agent")
-    code = ("import sys, json\nfrom gitstate.repo import StateRepo\n"
+    code = ("import sys, json\nfrom gitstate.api.repo import StateRepo\n"
             "r = StateRepo(sys.argv[1], writer='human')\n"
             "v = r.runs.read('refund-O-104')\n"
             "assert v.next['action'] == 'ask_approval', v.next\n"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gitstate.errors import GitStateError
-from gitstate.repo import StateRepo
-from gitstate.runformat import PREFIX
+from gitstate.api.repo import StateRepo
+from gitstate.core.errors import GitStateError
+from gitstate.runs.format import PREFIX
 from tests.helpers import GIT, git, install_pre_receive, trust_remote
 
 pytestmark = pytest.mark.skipif(GIT is None, reason="needs the git CLI for the remote")

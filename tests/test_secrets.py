@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gitstate.errors import CasMismatch, InvalidInput
-from gitstate.repo import StateRepo
-from gitstate.secretscan import scan
+from gitstate.api.repo import StateRepo
+from gitstate.core.errors import CasMismatch, InvalidInput
+from gitstate.core.secretscan import scan
 
 # built at run time, so that this file itself holds no secret-shaped literal
 _B64 = "wJalrXUtnFEMI" + "K7MDENGbPxRfiCY" + "EXAMPLEKEY12"
@@ -151,8 +151,8 @@ def test_a_redacted_key_keeps_only_a_keyed_hash(repo: StateRepo) -> None:
 def test_a_raw_value_on_a_redacted_key_is_refused(repo: StateRepo) -> None:
     """What bypasses the facade (a commit from elsewhere, a planner given a raw value) is
     refused by the whole-state check: only the keyed hash may be stored."""
-    from gitstate import checks
-    from gitstate.model import Entry, State
+    from gitstate.core.model import Entry, State
+    from gitstate.write import checks
 
     repo.set_schema(REDACT, "sensitive")
     schema = repo.schema()
@@ -267,7 +267,7 @@ def test_a_refusal_for_another_rule_keeps_no_secret(repo: StateRepo) -> None:
     refused the write: a stale compare-and-swap (raw or hex-encoded), a reserved key."""
     import subprocess
 
-    from gitstate import refusals
+    from gitstate.history import refusals
     from tests.helpers import GIT
 
     repo.set("k", 1, "r")
@@ -298,7 +298,7 @@ def test_a_token_tried_in_every_input_reaches_no_object_and_no_ref(tmp_path: Pat
     token is nowhere."""
     import anyio
 
-    from gitstate.errors import GitStateError
+    from gitstate.core.errors import GitStateError
     from gitstate.langgraph import GitCheckpointSaver
     from tests.helpers import GIT, run_cli
     from tests.mcpclient import connect

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from gitstate import audit
-from gitstate.errors import GitStateError, Refused
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.audit import views as audit
+from gitstate.core.errors import GitStateError, Refused
 from tests.helpers import GIT, free_port, git, run_cli, trust_remote
 from tests.hostile_git_server import git_daemon
 

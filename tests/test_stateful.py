@@ -19,13 +19,14 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from gitstate import audit, rules
-from gitstate.config import resolve_tz
-from gitstate.errors import CasMismatch, InvalidInput, Refused
-from gitstate.model import Entry, Handoff, State, format_time
-from gitstate.render import render
-from gitstate.repo import StateRepo
-from gitstate.results import to_json
+from gitstate.api.repo import StateRepo
+from gitstate.audit import views as audit
+from gitstate.core import rules
+from gitstate.core.errors import CasMismatch, InvalidInput, Refused
+from gitstate.core.model import Entry, Handoff, State, format_time
+from gitstate.core.render import render
+from gitstate.core.results import to_json
+from gitstate.system.config import resolve_tz
 from tests.helpers import Clock
 
 pytestmark = pytest.mark.slow  # one long hypothesis run

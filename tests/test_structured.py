@@ -18,13 +18,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gitstate import audit
-from gitstate.errors import CasMismatch, InvalidInput, SectionTooLarge
-from gitstate.model import Entry, State, values_match
-from gitstate.render import inline, render
-from gitstate.repo import StateRepo
-from gitstate.results import to_json
-from gitstate.trailers import parse_message
+from gitstate.api.repo import StateRepo
+from gitstate.audit import views as audit
+from gitstate.core.errors import CasMismatch, InvalidInput, SectionTooLarge
+from gitstate.core.model import Entry, State, values_match
+from gitstate.core.render import inline, render
+from gitstate.core.results import to_json
+from gitstate.core.trailers import parse_message
 from tests.helpers import GIT, assert_fsck_clean, run_cli
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -2,7 +2,7 @@
 finished by the next command (never taken for a hand edit), a push killed after the remote
 moved recognises its own commits there, and a lock a killed push left in a path remote is
 named with the command that removes it. Real processes, killed at sync's fault points
-(gitstate/faults.py, SYNC_POINTS)."""
+(gitstate/system/faults.py, SYNC_POINTS)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from gitstate import audit
-from gitstate.layout import STATE_FILE
-from gitstate.repo import StateRepo
-from gitstate.runformat import PREFIX
+from gitstate.api.repo import StateRepo
+from gitstate.audit import views as audit
+from gitstate.core.layout import STATE_FILE
+from gitstate.runs.format import PREFIX
 from gitstate.store import GitStore
 from tests.helpers import GIT, git, run_cli, trust_remote
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from gitstate.trailers import Change, NotAGitstateCommit, parse_message
+from gitstate.core.trailers import Change, NotAGitstateCommit, parse_message
 from tests.helpers import GIT
 
 texts = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40)

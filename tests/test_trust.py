@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gitstate.errors import GitStateError
-from gitstate.repo import StateRepo
-from gitstate.runformat import PREFIX
+from gitstate.api.repo import StateRepo
+from gitstate.core.errors import GitStateError
+from gitstate.runs.format import PREFIX
 from tests.helpers import GIT, SigningKeys, git, install_pre_receive
 from tests.test_wire import Snapshot, _rule_of
 
@@ -295,7 +295,7 @@ def test_consume_approval_is_linearized_too(pair: Pair) -> None:
     with StateRepo(pair.b) as b:
         b.pull()
         b.consume_approval(pair.approval, "refund", ARGS)
-    from gitstate.errors import Refused
+    from gitstate.core.errors import Refused
 
     with pytest.raises(Refused) as exc:
         pair.a.consume_approval(pair.approval, "refund", ARGS)

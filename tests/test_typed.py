@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from gitstate import audit
-from gitstate.errors import InvalidInput, Refused
-from gitstate.model import State
-from gitstate.repo import StateRepo
-from gitstate.results import to_json
-from gitstate.schema import SchemaError, dump_yaml, load_yaml, parse_schema
+from gitstate.api.repo import StateRepo
+from gitstate.audit import views as audit
+from gitstate.core.errors import InvalidInput, Refused
+from gitstate.core.model import State
+from gitstate.core.results import to_json
+from gitstate.core.schema import SchemaError, dump_yaml, load_yaml, parse_schema
 from tests.helpers import Clock, commit_count, git, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,8 +14,8 @@ import pytest
 
 import gitstate
 from gitstate import CasMismatch, ConfigError, StateRepo, refusal, to_json
-from gitstate.records import ApprovalRequest, HistoryEntry, NextAction, RunGoal, RunSummary
-from gitstate.results import KeyState
+from gitstate.core.records import ApprovalRequest, HistoryEntry, NextAction, RunGoal, RunSummary
+from gitstate.core.results import KeyState
 from tests.helpers import git, run_cli
 
 SCHEMA = """version: 1

@@ -20,12 +20,12 @@ import pytest
 from dulwich.objects import Blob, Commit
 from dulwich.repo import Repo
 
-from gitstate.errors import GitStateError, Refused, StoreError
-from gitstate.fastpath import section
-from gitstate.model import State
-from gitstate.replay import apply_change
-from gitstate.repo import StateRepo
-from gitstate.trailers import Change
+from gitstate.api.repo import StateRepo
+from gitstate.core.errors import GitStateError, Refused, StoreError
+from gitstate.core.model import State
+from gitstate.core.trailers import Change
+from gitstate.history.replay import apply_change
+from gitstate.wakeup.fastpath import section
 from tests.bombs import PEAK_MIB, blob_bomb, doubling_deltas, entry_header, pack, zeros_stream
 from tests.forge import Forge
 from tests.helpers import GIT, install_pre_receive
@@ -258,8 +258,8 @@ def test_pack_bytes_per_fetch_are_bounded(world: tuple[Path, Path], setting: str
 
 _PULL_IN_A_CHILD = PEAK_MIB + """
 import json, resource, sys, time
-from gitstate.errors import GitStateError
-from gitstate.repo import StateRepo
+from gitstate.core.errors import GitStateError
+from gitstate.api.repo import StateRepo
 started = time.monotonic()
 rule = None
 with StateRepo(sys.argv[1]) as repo:

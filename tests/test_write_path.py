@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from gitstate import audit
-from gitstate.config import config_from_dict
-from gitstate.errors import ConfigError
-from gitstate.faults import COMMITTED, POINTS
-from gitstate.model import STATE_FILE, State
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.audit import views as audit
+from gitstate.core.errors import ConfigError
+from gitstate.core.model import STATE_FILE, State
 from gitstate.store import durability, packwrite
+from gitstate.system.config import config_from_dict
+from gitstate.system.faults import COMMITTED, POINTS
 from tests.helpers import assert_fsck_clean, git
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -318,7 +318,7 @@ def test_a_fifo_or_device_in_a_ref_s_place_is_refused_not_waited_on(tmp_path: Pa
         os.mkfifo(heads / "fifo")
         (heads / "link").symlink_to(heads / "fifo")
         (heads / "zero").symlink_to("/dev/zero")
-        code = ("import sys\nfrom gitstate.repo import StateRepo\nfrom gitstate.errors import "
+        code = ("import sys\nfrom gitstate.api.repo import StateRepo\nfrom gitstate.core.errors import "
                 "StoreError\nr = StateRepo(sys.argv[1])\nfor n in ('fifo', 'link', 'zero'):\n"
                 "    try:\n        r.store.ref('refs/heads/' + n)\n"
                 "    except StoreError as e:\n        print(e.rule)\n")

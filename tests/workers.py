@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from gitstate.errors import CasMismatch, Refused
-from gitstate.repo import StateRepo
+from gitstate.api.repo import StateRepo
+from gitstate.core.errors import CasMismatch, Refused
 
 
 def increment(agent_dir: str, count: int, worker: str) -> None:
@@ -122,7 +122,7 @@ def load_reader(agent_dir: str, seconds: float) -> None:
     import time
     from datetime import UTC, datetime
 
-    from gitstate.fastpath import section
+    from gitstate.wakeup.fastpath import section
 
     latencies = []
     last = -1
@@ -146,7 +146,7 @@ def gc_loop(agent_dir: str, seconds: float) -> None:
     """Run maintenance again and again (as a separate process) until the deadline."""
     import time
 
-    from gitstate.maintenance import run_gc
+    from gitstate.write.maintenance import run_gc
 
     runs = 0
     deadline = time.monotonic() + seconds
@@ -167,7 +167,7 @@ def spender(agent_dir: str, name: str, effects: str) -> None:
     outcome as one JSON line. One opening of the repository for every round."""
     import json
 
-    from gitstate.approvals import Spend
+    from gitstate.approvals.steps import Spend
 
     with StateRepo(agent_dir, actor=f"gateway-{name}") as repo:
         print("ready", flush=True)

@@ -21,20 +21,22 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from . import approvals, checks, rules
-from .config import Config
-from .errors import GitStateError, InvalidInput
-from .layout import FILE_MODE, REQUIRED, SCHEMA_FILE, STATE_FILE, TREE_FILES
-from .model import EMPTY, State
+from ..approvals import steps as approvals
+from ..core import rules
+from ..core.errors import GitStateError, InvalidInput
+from ..core.layout import FILE_MODE, REQUIRED, SCHEMA_FILE, STATE_FILE, TREE_FILES
+from ..core.model import EMPTY, State
+from ..core.rules import FUTURE_SKEW_SECONDS
+from ..core.schema import Schema
+from ..core.trailers import Change, NotAGitstateCommit, parse_message
+from ..history.replay import ReplayError, apply_change
+from ..system.config import Config
+from ..write import checks
 from .rederive import committed_state, rederive, same_message, schema_at, trailer_time
-from .replay import ReplayError, apply_change
-from .rules import FUTURE_SKEW_SECONDS
-from .schema import Schema
-from .trailers import Change, NotAGitstateCommit, parse_message
 from .trust import Trust, claim_problem
 
 if TYPE_CHECKING:
-    from .store import GitStore
+    from ..store import GitStore
 
 TTL_SLACK_SECONDS = 60
 
@@ -65,7 +67,7 @@ def check_range(store: GitStore, old: str | None, new: str, config: Config | Non
                 trust: Trust | None = None) -> list[Problem]:
     """Problems with the commits after ``old`` (None: from the root) up to ``new``.
     ``own``: this clone's own commits, re-made by push on the remote's main, whose role
-    claims are this machine's and need no proof (gitstate/trust.py). ``trust``: who may
+    claims are this machine's and need no proof (gitstate/accept/trust.py). ``trust``: who may
     claim a role, when not ``config``'s (the server's hook)."""
     config = config or Config()
     now = time.time() if now is None else now
@@ -237,7 +239,7 @@ def _check_change(change: Change, before: State, commit_time: int, config: Confi
 def _check_claim(store: GitStore, commit: str, parent: str | None, trust: Trust,
                  schemas: dict[str, Schema | None]) -> None:
     """A commit that only some roles may make claims one of them, and counts only when its
-    signer (or pusher) may act as it (gitstate/trust.py): an approval's decision (the roles
+    signer (or pusher) may act as it (gitstate/accept/trust.py): an approval's decision (the roles
     its policy names), a schema change (the runtime's or a human's: the agent never changes
     the schema), and any change of a key whose writers leave out the agent — by a set, a
     clear, a revert, an adopted hand edit or an observation alike."""

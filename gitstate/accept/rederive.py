@@ -14,19 +14,29 @@ import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from . import approval_life, approvals, rules
-from .config import Config
-from .errors import InvalidInput, Refused
-from .layout import SCHEMA_FILE, STATE_FILE
-from .model import EMPTY, State, format_time, parse_time
-from .planners import UNSET, Base, plan_clear, plan_handoff, plan_observe, plan_schema, plan_set
-from .promote import plan_promote
-from .revert import plan_revert
-from .schema import Schema, parse_schema
-from .trailers import PREFIX, Change
+from ..approvals import steps as approvals
+from ..core import rules
+from ..core.errors import InvalidInput, Refused
+from ..core.layout import SCHEMA_FILE, STATE_FILE
+from ..core.model import EMPTY, State, format_time, parse_time
+from ..core.schema import Schema, parse_schema
+from ..core.trailers import PREFIX, Change
+from ..history import approvals as approval_life
+from ..system.config import Config
+from ..write.planners import (
+    UNSET,
+    Base,
+    plan_clear,
+    plan_handoff,
+    plan_observe,
+    plan_schema,
+    plan_set,
+)
+from ..write.promote import plan_promote
+from ..write.revert import plan_revert
 
 if TYPE_CHECKING:
-    from .store import GitStore
+    from ..store import GitStore
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _ARGS = re.compile(r"[0-9a-f]{16}")
@@ -190,7 +200,7 @@ def _check_clock(clock: str | None, commit_time: int) -> None:
     """Gitstate-Clock is the writer's raw wall clock when the commit is dated otherwise: a
     time in gitstate's format other than the commit's, earlier (the clock was behind the
     parent) or later by at most a year (a step ahead the clock model did not believe,
-    gitstate/clockbase.py)."""
+    gitstate/system/clock.py)."""
     if clock is None:
         return
     moment = trailer_time(clock, "Gitstate-Clock")

@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import sshsig
+from ..system import sshsig
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
 
-    from .config import Config
-    from .store import GitStore
+    from ..store import GitStore
+    from ..system.config import Config
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def claim_problem(store: GitStore, commit: str, roles: Collection[str],
                 "allowed_signers (docs/remote.md, \"Who may claim a role across machines\"), or "
                 "[trust] trust_remote = true for a remote whose hook authenticates pushers")
     if not os.path.isfile(trust.allowed_signers):  # missing, a directory, a FIFO
-        from .errors import ConfigError
+        from ..core.errors import ConfigError
 
         raise ConfigError(f"the allowed signers file {trust.allowed_signers} is not a "
                           "readable file: fix [trust] allowed_signers (or the server's "

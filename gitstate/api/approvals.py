@@ -1,10 +1,10 @@
 """The approval methods of the Python API (``StateRepo`` inherits them): request, decide,
-list, check and spend frozen-argument approvals (gitstate/approvals.py holds the rules).
+list, check and spend frozen-argument approvals (gitstate/approvals/steps.py holds the rules).
 
 A thin layer: it validates inputs with ``rules``, picks the policy from HEAD's schema, and
 hands a pure planner to the write engine, like every other write of the facade. A spend,
 an approval and a denial of an agent with a remote are committed through the remote
-(gitstate/sync.py's remote-first committer, whatever the sync mode), so each is the push with
+(gitstate/remote/sync.py's remote-first committer, whatever the sync mode), so each is the push with
 lease: linearized there before the call is handed over or the decision returns.
 """
 
@@ -15,21 +15,24 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from . import approval_life, approvals, requests, rules
-from .approvals import Spend, Verdict
-from .errors import GitStateError, InvalidInput, Refused, StoreError
-from .records import ApprovalRequest
+from ..approvals import steps as approvals
+from ..approvals.steps import Spend, Verdict
+from ..core import rules
+from ..core.errors import GitStateError, InvalidInput, Refused, StoreError
+from ..core.records import ApprovalRequest
+from ..history import approvals as approval_life
+from ..write import requests
 
 if TYPE_CHECKING:
-    from .approval_policy import ApprovalPolicy
-    from .config import Config
-    from .engine import WriteEngine
-    from .ledger import Ledger
-    from .planners import Base, Plan
-    from .reader import StateReader
-    from .results import WriteResult
-    from .store import GitStore
-    from .sync import Remote
+    from ..core.policy import ApprovalPolicy
+    from ..core.results import WriteResult
+    from ..history.reader import StateReader
+    from ..remote.sync import Remote
+    from ..runs.ledger import Ledger
+    from ..store import GitStore
+    from ..system.config import Config
+    from ..write.engine import WriteEngine
+    from ..write.planners import Base, Plan
 
 
 class ApprovalMethods:
@@ -112,7 +115,7 @@ class ApprovalMethods:
         refused with the winner's commit). No remote: a local write. A remote that cannot
         be reached refuses it (``approval.offline``), unless it is the spend of a tool whose
         policy says ``offline_spend: true``: then it commits here, at that risk."""
-        from .engine import LocalCommitter
+        from ..write.engine import LocalCommitter
 
         if self.store.remote_url() is None:
             return self.engine.write(plan, request)
@@ -138,7 +141,7 @@ class ApprovalMethods:
         head = self.reader.head()
         state = self.reader.state_at(head)
         if finished:
-            from .model import State
+            from ..core.model import State
 
             gone = {k: e for k, e in approval_life.history(self.reader.history_iter(
                 contains=approvals.PREFIX.encode())).items() if k not in state.keys}
@@ -266,7 +269,7 @@ class ApprovalMethods:
     def _check_run_accepts(self, run_id: str, call_id: str, approval_id: str) -> None:
         """Before the spend: the run would accept this call's result (it exists, is not
         stopped, waits for no approval, has not recorded the call)."""
-        from . import runs
+        from ..runs import model as runs
 
         ledger = self.runs
         view = ledger.read(run_id)
@@ -290,7 +293,7 @@ class ApprovalMethods:
 
 
 def _result_event(call_id: str, approval_id: str, now: datetime) -> dict[str, Any]:
-    from .model import format_time
+    from ..core.model import format_time
 
     return {"type": "tool_result_recorded", "tool_call_id": call_id,
             "evidence_ref": f"approval.{approval_id}:failed", "observed_at": format_time(now)}
@@ -298,9 +301,9 @@ def _result_event(call_id: str, approval_id: str, now: datetime) -> dict[str, An
 
 def _error_text(exc: BaseException) -> str:
     """The error as the outcome keeps it: one line, bounded, each suspected secret withheld
-    (gitstate/secretscan.py), and plain text the input rules accept; else its type alone."""
-    from .secretscan import scan
-    from .textsafe import inline
+    (gitstate/core/secretscan.py), and plain text the input rules accept; else its type alone."""
+    from ..core.secretscan import scan
+    from ..core.textsafe import inline
 
     text = inline(f"{type(exc).__name__}: {exc}")[:approvals.ERROR_MAX_CHARS]
     for _ in range(20):

@@ -17,21 +17,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import clockbase, locking, maintenance, planners, requests, rules, runformat, safefile, trust
-from .approval_api import ApprovalMethods
-from .config import LOCALES, Config, load_config, resolve_tz
-from .engine import WriteEngine, identity, tz_offset
-from .errors import InvalidInput, NotInitialized, Refused, StoreError, UsageError, disk_full
-from .layout import STATE_DIR, STATE_FILE, WRITTEN_DIRS, stray_files
-from .lgsync import ThreadTravel
-from .maintree import MainTree
-from .model import EMPTY, State, Value, format_time
-from .planners import UNSET, Base, Expected, Observation, Plan
-from .projection import Projection
-from .reader import StateReader
-from .records import HistoryEntry
-from .render import fit, phase_lines, render, section_key_bytes
-from .results import (
+from ..accept import trust
+from ..core import rules
+from ..core.errors import InvalidInput, NotInitialized, Refused, StoreError, UsageError, disk_full
+from ..core.layout import STATE_DIR, STATE_FILE, WRITTEN_DIRS, stray_files
+from ..core.model import EMPTY, State, Value, format_time
+from ..core.records import HistoryEntry
+from ..core.render import fit, phase_lines, render, section_key_bytes
+from ..core.results import (
     DiscardResult,
     KeyState,
     SchemaReport,
@@ -40,12 +33,24 @@ from .results import (
     SyncStatus,
     WriteResult,
 )
-from .run_api import RunMethods
-from .schema import WRITERS, Schema, parse_schema
-from .store import GitStore, ref_names
-from .store.transport import limits_for
-from .sync import Remote, clone
-from .trailers import Change
+from ..core.schema import WRITERS, Schema, parse_schema
+from ..core.trailers import Change
+from ..history.projection import Projection
+from ..history.reader import StateReader
+from ..remote.sync import Remote, clone
+from ..runs import format as runformat
+from ..store import GitStore, ref_names
+from ..store.transport import limits_for
+from ..system import clock as clockbase
+from ..system import locking, safefile
+from ..system.config import LOCALES, Config, load_config, resolve_tz
+from ..threads.sync import ThreadTravel
+from ..write import maintenance, planners, requests
+from ..write.engine import WriteEngine, identity, tz_offset
+from ..write.maintree import MainTree
+from ..write.planners import UNSET, Base, Expected, Observation, Plan
+from .approvals import ApprovalMethods
+from .runs import RunMethods
 
 HISTORY_IN_GET = 20
 
@@ -304,7 +309,7 @@ class StateRepo(ApprovalMethods, RunMethods, ThreadTravel):
         schema = self.schema()
         spec = schema.spec(key) if schema is not None else None
         if spec is not None and spec.sensitive == "redact":  # only the keyed hash is stored
-            from .redact import redact, repo_key
+            from ..history.redact import redact, repo_key
 
             secret = repo_key(self.state_dir / ".git")
             value = redact(value, secret)
@@ -352,7 +357,7 @@ class StateRepo(ApprovalMethods, RunMethods, ThreadTravel):
                actor: str | None = None, request_id: str | None = None) -> WriteResult:
         """Undo what ``commit`` changed, as one new commit; refused where the keys no longer
         hold that commit's values, unless ``force``."""
-        from .revert import plan_revert
+        from ..write.revert import plan_revert
 
         reason = rules.check_reason(reason)
         who = rules.check_actor(actor or self.actor)
@@ -366,7 +371,7 @@ class StateRepo(ApprovalMethods, RunMethods, ThreadTravel):
     def adopt(self, reason: str, *, actor: str | None = None) -> WriteResult:
         """Turn a hand edit of working_state.json into one audited commit, validated like
         any write."""
-        from .revert import plan_adopt
+        from ..write.revert import plan_adopt
 
         who = rules.check_actor(actor or self.actor)
         reason = rules.check_reason(reason)
@@ -413,7 +418,8 @@ class StateRepo(ApprovalMethods, RunMethods, ThreadTravel):
     def push(self) -> SyncResult:
         """Publish local commits (see ``sync``): a lease, and re-application when the
         remote moved on."""
-        from . import refusals, runsync
+        from ..history import refusals
+        from ..runs import sync as runsync
 
         result = self.remote.push()
         # the network is waited on without the write lock; the tracking refs move under it
@@ -425,8 +431,9 @@ class StateRepo(ApprovalMethods, RunMethods, ThreadTravel):
 
     def pull(self) -> SyncResult:
         """Fast-forward from the remote; a diverged or rewritten remote is refused. The
-        run ledgers come too, each replayed before it is taken (gitstate/runsync.py)."""
-        from . import refusals, runsync
+        run ledgers come too, each replayed before it is taken (gitstate/runs/sync.py)."""
+        from ..history import refusals
+        from ..runs import sync as runsync
 
         result = self.remote.pull()
         schema = self.schema()
@@ -454,7 +461,7 @@ def _attempt(op: str, key: str, value: Value | None, expected: Expected, actor: 
 def _create(state_dir: Path, config: Config, actor: str,
             clock: Callable[[], datetime]) -> None:
     """The repository and its first commit (directory lock held)."""
-    from .githooks import install
+    from ..remote.githooks import install
 
     _refuse_foreign(state_dir)
     store = GitStore.create(state_dir)

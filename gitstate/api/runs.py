@@ -1,6 +1,6 @@
 """The run methods of the Python API (``StateRepo`` inherits them): the run ledgers
-(``repo.runs``, gitstate/ledger.py) and promotion of a run's finding to the key table
-(gitstate/promote.py).
+(``repo.runs``, gitstate/runs/ledger.py) and promotion of a run's finding to the key table
+(gitstate/write/promote.py).
 
 A thin layer: the ledger gets the policy in force at main's HEAD (schema.yaml's per-event
 writers, the key table's approval decisions), and a promotion is one more pure planner
@@ -12,18 +12,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from . import requests, rules
-from .ledger import Ledger
-from .planners import UNSET, Expected
+from ..core import rules
+from ..runs.ledger import Ledger
+from ..write import requests
+from ..write.planners import UNSET, Expected
 
 if TYPE_CHECKING:
-    from .config import Config
-    from .engine import WriteEngine
-    from .model import Value
-    from .planners import Base, Plan
-    from .reader import StateReader
-    from .results import WriteResult
-    from .store import GitStore
+    from ..core.model import Value
+    from ..core.results import WriteResult
+    from ..history.reader import StateReader
+    from ..store import GitStore
+    from ..system.config import Config
+    from ..write.engine import WriteEngine
+    from ..write.planners import Base, Plan
 
 
 class RunMethods:
@@ -55,9 +56,9 @@ class RunMethods:
 
     def promote(self, run_id: str, key: str, value: Value, reason: str, *, evidence: str,
                 expected: Expected = UNSET, request_id: str | None = None) -> WriteResult:
-        """Make a run's finding durable: one set on main citing the run (gitstate/promote.py);
+        """Make a run's finding durable: one set on main citing the run (gitstate/write/promote.py);
         only for keys schema.yaml's ``runs: promotable`` lists, by the writers it names."""
-        from .promote import check_evidence, plan_promote
+        from ..write.promote import check_evidence, plan_promote
 
         key, value = rules.check_key(key), rules.check_value(value, key)
         reason = rules.check_reason(reason)

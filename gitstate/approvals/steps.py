@@ -22,7 +22,7 @@ denied, expired, consumed, or which argument differs). The approval key carries 
 its expiry, so an expired approval also leaves the rendered section, and the agent sees its
 pending approvals there, never able to decide them: an ``approval.*`` key is written only
 through these planners (``rules.check_writable``). A denial, a spend and an outcome retire
-their record from the key table, a request every expired one (gitstate/approval_life.py).
+their record from the key table, a request every expired one (gitstate/history/approvals.py).
 """
 
 from __future__ import annotations
@@ -36,14 +36,14 @@ from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 from typing import Any
 
-from .approval_life import FINAL_STEPS, RETIRED, Finished, expired_keys, without
-from .approval_policy import ApprovalPolicy as Policy
-from .errors import GitStateError, InvalidInput, Refused
-from .model import Entry, State, canonical_text, format_time
-from .planners import Base, Plan
-from .results import WriteResult
-from .trailers import Change, encode_json
-from .values import canonical, changes
+from ..core.errors import GitStateError, InvalidInput, Refused
+from ..core.model import Entry, State, canonical_text, format_time
+from ..core.policy import ApprovalPolicy as Policy
+from ..core.results import WriteResult
+from ..core.trailers import Change, encode_json
+from ..core.values import canonical, changes
+from ..history.approvals import FINAL_STEPS, RETIRED, Finished, expired_keys, without
+from ..write.planners import Base, Plan
 
 PREFIX = "approval."
 STATUSES = ("pending", "approved", "denied", "consumed")
@@ -80,7 +80,7 @@ def is_approval_key(key: str) -> bool:
 def _record(state: State, approval_id: str,
             finished: Finished | None = None) -> tuple[str, Entry, dict[str, Any]]:
     """The approval's record: in the state, else (``finished``) the one its final step left
-    in the history when it was retired (gitstate/approval_life.py)."""
+    in the history when it was retired (gitstate/history/approvals.py)."""
     key = approval_id if is_approval_key(approval_id) else PREFIX + approval_id
     entry = state.keys.get(key)
     if entry is None and finished is not None:
@@ -123,7 +123,7 @@ def replan(base: Base, key: str, step: str, recorded: Any, *, reason: str,
            finished: Finished | None = None, retire: bool = True) -> Plan:
     """The plan this machine's own planners make for an approval step a commit from
     elsewhere records (``Gitstate-Approval: step`` on ``key``, its value ``recorded``), at
-    the commit's parent and time. The one rule (gitstate/foreign.py) accepts the commit only
+    the commit's parent and time. The one rule (gitstate/accept/main.py) accepts the commit only
     when this plan's change is the commit's; a step no planner would make here is refused
     with the planner's own rule (expired, decided, not runnable, not required).
 
@@ -181,7 +181,7 @@ def plan_decide(base: Base, policy_for: dict[str, Policy], writer: str, *, appro
                 retire: bool = True) -> Plan:
     """Approve or deny a pending approval; the record keeps ``decided_on``, main's commit
     the decision was made on (the base, unless given: a re-applied decision keeps its own).
-    A denial retires the record (gitstate/approval_life.py)."""
+    A denial retires the record (gitstate/history/approvals.py)."""
     key, entry, value = _record(base.state, approval_id, finished)
     policy = policy_for.get(str(value.get("tool")))
     allowed = policy.writers if policy else ("human",)
@@ -208,7 +208,7 @@ def plan_consume(base: Base, *, approval_id: str, tool: str | None, args: Any, r
                  actor: str, state_at: Callable[[str], State] | None = None,
                  finished: Finished | None = None, retire: bool = True) -> Plan:
     """Spend an approved, unexpired approval; ``tool`` and ``args`` None: the call it froze.
-    The spend retires the record (gitstate/approval_life.py).
+    The spend retires the record (gitstate/history/approvals.py).
     The record names who spent it (``consumed_by``). Given ``state_at`` (a reader of the
     state at a commit), the policy's ``void_if_changed`` keys are compared between the
     commit the decision was made on and the base: one that changed voids the spend."""

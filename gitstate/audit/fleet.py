@@ -12,11 +12,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from . import audit, gitcli
-from .errors import GitStateError
-from .model import format_time
-from .records import ChangeRecord
-from .timebase import UTC, datetime
+from ..core.errors import GitStateError
+from ..core.model import format_time
+from ..core.records import ChangeRecord
+from ..core.timebase import UTC, datetime
+from ..system import gitcli
+from . import views as audit
 
 
 def agent_dirs(root: Path) -> list[Path]:
@@ -53,7 +54,7 @@ def fleet(root: Path, expiring_hours: float = 4.0, progress: Any = None,
 
 
 def opened_row(agent: Path, expiring_hours: float, full: bool) -> dict[str, Any]:
-    from .repo import StateRepo
+    from ..api.repo import StateRepo
 
     with StateRepo(agent) as repo:
         now = repo.now()
@@ -87,10 +88,10 @@ def quick_row(agent: Path, expiring_hours: float) -> dict[str, Any] | None:
     and the remote, if any, was last seen at HEAD (0 ahead, 0 behind). None: anything else,
     for :func:`opened_row` to open the repository (dulwich costs about 1.5 ms an agent, most
     of a fleet's time)."""
-    from .config import load_config
-    from .fastpath import head_and_state_fast, read_ref
-    from .layout import REMOTE_REF, STATE_DIR
-    from .projection import Projection
+    from ..core.layout import REMOTE_REF, STATE_DIR
+    from ..history.projection import Projection
+    from ..system.config import load_config
+    from ..wakeup.fastpath import head_and_state_fast, read_ref
 
     load_config(agent)  # a broken config.toml is the row's error, as on the slow path
     state_dir = agent / STATE_DIR

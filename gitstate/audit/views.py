@@ -15,10 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import gitcli, safefile
-from .errors import HistoryRewritten, LockTimeout, StoreError, UsageError
-from .layout import stray_files
-from .model import (
+from ..core.errors import HistoryRewritten, LockTimeout, StoreError, UsageError
+from ..core.layout import stray_files
+from ..core.model import (
     STATE_FILE,
     Handoff,
     State,
@@ -27,16 +26,17 @@ from .model import (
     parse_given_time,
     parse_time,
 )
-from .projection import Mark, record
-from .records import ChangeRecord, HistoryEntry
-from .replay import ReplayError, apply_change
-from .trailers import NotAGitstateCommit, parse_message
-from .values import changes as value_changes
-from .values import is_structured
+from ..core.records import ChangeRecord, HistoryEntry
+from ..core.trailers import NotAGitstateCommit, parse_message
+from ..core.values import changes as value_changes
+from ..core.values import is_structured
+from ..history.projection import Mark, record
+from ..history.replay import ReplayError, apply_change
+from ..system import gitcli, safefile
 
 if TYPE_CHECKING:
-    from .repo import StateRepo
-    from .store import WorktreeStatus
+    from ..api.repo import StateRepo
+    from ..store import WorktreeStatus
 
 _REL = re.compile(r"(?P<base>HEAD|main|@)?(?P<ops>(?:[~^][0-9]*)*)")
 _HEX = re.compile(r"[0-9a-f]{4,40}")
@@ -88,7 +88,7 @@ def commit_at(repo: StateRepo, moment: datetime) -> str:
     for rec in repo.reader.history_iter():
         if parse_time(rec["time"]) <= stamp:
             return str(rec["commit"])
-    from .config import resolve_tz
+    from ..system.config import resolve_tz
 
     raise UsageError(f"no state existed yet at "
                      f"{local_text(format_time(moment), resolve_tz(repo.config.timezone))}",
@@ -98,7 +98,7 @@ def commit_at(repo: StateRepo, moment: datetime) -> str:
 def resolve_at(repo: StateRepo, at: str) -> tuple[str, datetime]:
     """``--at TIME|REV``: the commit and the moment to evaluate expiry at. A time without an
     offset is in the agent's zone (``model.parse_given_time``)."""
-    from .config import resolve_tz
+    from ..system.config import resolve_tz
 
     try:
         moment = parse_given_time(at, resolve_tz(repo.config.timezone), "--at", "usage.at")
@@ -255,7 +255,7 @@ def verify(repo: StateRepo, use_git: bool = True) -> list[Check]:
 def remote_lock_check(repo: StateRepo) -> Check:
     """A path remote's ref locks that a killed push left (git never removes another
     process's lock; every later push of that ref is refused as ``remote.locked``)."""
-    from .store.pushes import stale_remote_locks
+    from ..store.pushes import stale_remote_locks
 
     url = repo.store.remote_url()
     locks = stale_remote_locks(url) if url else []
@@ -268,8 +268,8 @@ def remote_lock_check(repo: StateRepo) -> Check:
 
 def _side_ref_checks(repo: StateRepo) -> list[Check]:
     """The refs beside main: every run ledger replays, the refusal journal reads."""
-    from . import refusals
-    from .backlog import failures
+    from ..history import refusals
+    from ..history.backlog import failures
 
     bad = repo.runs.verify_all()
     detail = "; ".join(f"{run}: {problems[0]}" for run, problems in list(bad.items())[:5])
@@ -286,12 +286,12 @@ def _side_ref_checks(repo: StateRepo) -> list[Check]:
 
 
 def _object_checks(repo: StateRepo, use_git: bool) -> list[Check]:
-    from .maintenance import wait_idle
+    from ..write.maintenance import wait_idle
 
     # packing moves objects from loose files into a pack: checking meanwhile would report
     # objects as missing that are only in flight
     wait_idle(repo.state_dir / ".git")
-    from .store.durability import describe
+    from ..store.durability import describe
 
     checks = [Check("durability", True, f"{repo.durability} on {describe(repo.state_dir)} "
                     f"([gitstate] durability = {repo.config.durability}); "
@@ -311,7 +311,7 @@ def _object_checks(repo: StateRepo, use_git: bool) -> list[Check]:
 
 
 def maintenance_check(state_dir: Path) -> Check:
-    from .maintenance import last_failure
+    from ..write.maintenance import last_failure
 
     failure = last_failure(state_dir / ".git")
     return Check("maintenance", failure is None, f"the last packing run failed: {failure}"

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import click
 
-from .. import textsafe
-from ..errors import DISK_FULL_HINT, GitStateError
-from ..model import local_times_in
+from ..core import textsafe
+from ..core.errors import DISK_FULL_HINT, GitStateError
+from ..core.model import local_times_in
 from .context import EXIT_STORE, Ctx
 
 COMMANDS: dict[str, str] = {
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         status = cli.main(args=argv, prog_name="gitstate", standalone_mode=False)
     except GitStateError as exc:
         if argv is not None and "--json" in argv:
-            from ..results import refusal, to_json
+            from ..core.results import refusal, to_json
 
             click.echo(textsafe.dumps(to_json(refusal(exc)), indent=2))
         message = textsafe.visible(_local(exc.message))  # it may quote a value or a reason

@@ -37,8 +37,8 @@ def approvals(obj: Ctx, show_all: bool, as_json: bool) -> None:
 
 
 def _args(args: object) -> str:
-    from ..model import display_value
-    from ..textsafe import visible
+    from ..core.model import display_value
+    from ..core.textsafe import visible
 
     return visible(display_value(args) if isinstance(args, dict | list) else str(args))
 
@@ -122,13 +122,13 @@ def spend(obj: Ctx, approval_id: str, tool: str, args_json: str, run_id: str | N
     import shutil
     import subprocess
 
-    from ..errors import UsageError
+    from ..core.errors import UsageError
     from .context import parse_json_value
 
     args = parse_json_value(args_json, "--args-json")
     if shutil.which(command[0]) is None:  # checked before the spend: nothing to hand over
         raise UsageError(f"{command[0]}: no such command", rule="usage.command")
-    from ..repo import StateRepo
+    from ..api.repo import StateRepo
 
     status, note = 0, ""
     with StateRepo(obj.agent_dir, writer=writer) as repo:

@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from .. import textsafe
-from ..errors import Refused, did_you_mean
+from ..core import textsafe
+from ..core.errors import Refused, did_you_mean
 from .context import (
     EXITS,
     Ctx,
@@ -79,13 +79,13 @@ def log(obj: Ctx, key: str | None, limit: int | None, show_all: bool, since: str
     Exit 1 (log.unknown_key, with the nearest key) when --key names a key no change ever
     touched.
     """
-    from ..audit import changes
+    from ..audit.views import changes
 
     if refused:
         _refused_log(obj, key, (limit, show_all), since, (as_json, as_jsonl))
         return
     if thread is not None:
-        from ..threadview import log as thread_log
+        from ..langgraph.view import log as thread_log
 
         rows, more = limited(thread_log(obj.agent_dir, thread, ns), limit, show_all)
         listing("commits", rows, more, as_json, as_jsonl, lambda r: _thread_line(r, obj),
@@ -103,7 +103,7 @@ def log(obj: Ctx, key: str | None, limit: int | None, show_all: bool, since: str
 def _known_key(repo: Any, key: str, refused_keys: set[str]) -> None:
     """A --key that no change and no refused write ever named is refused, naming the
     nearest key; a real key with nothing to show is a quiet, empty answer."""
-    from ..audit import keys_ever
+    from ..audit.views import keys_ever
 
     known = (keys_ever(repo) | refused_keys) - {""}
     if key not in known:
@@ -131,8 +131,8 @@ def _refused_line(r: dict[str, Any], obj: Ctx) -> str:
 
 def _refused_log(obj: Ctx, key: str | None, bound: tuple[int | None, bool], since: str | None,
                  formats: tuple[bool, bool]) -> None:
-    from .. import refusals
-    from ..model import parse_time
+    from ..core.model import parse_time
+    from ..history import refusals
 
     moment = obj.time(since, "--since")
 
@@ -176,7 +176,7 @@ def show(obj: Ctx, rev: str, patch: bool, thread: str | None, ns: str,
     With --thread: one checkpoint (its metadata, the channels it changed, every channel's
     value, its pending writes)."""
     if thread is not None:
-        from ..threadview import show as show_checkpoint
+        from ..langgraph.view import show as show_checkpoint
 
         data = show_checkpoint(obj.agent_dir, thread, None if rev == "HEAD" else rev, ns)
         emit(data, as_json, lambda d: "\n".join([
@@ -186,8 +186,8 @@ def show(obj: Ctx, rev: str, patch: bool, thread: str | None, ns: str,
             "changed: " + (", ".join(d["changed_channels"]) or "none"),
             *(f"  {k} = {value_text(v)}" for k, v in d["channels"].items())]))
         return
-    from ..audit import resolve
-    from ..audit import show as show_view
+    from ..audit.views import resolve
+    from ..audit.views import show as show_view
 
     with obj.repo() as repo:
         data = show_view(repo, resolve(repo, rev), patch=patch)
@@ -244,7 +244,7 @@ def diff(obj: Ctx, rev_a: str, rev_b: str, thread: str | None, ns: str,
 
     With --thread: the channels whose values differ between two checkpoints."""
     if thread is not None:
-        from ..threadview import diff as diff_checkpoints
+        from ..langgraph.view import diff as diff_checkpoints
 
         data = diff_checkpoints(obj.agent_dir, thread, rev_a,
                                 None if rev_b == "HEAD" else rev_b, ns)
@@ -252,7 +252,7 @@ def diff(obj: Ctx, rev_a: str, rev_b: str, thread: str | None, ns: str,
             f"{k}: {value_text(c['old'])} -> {value_text(c['new'])}"
             for k, c in d["channels"].items()) or "(no channel differs)")
         return
-    from ..audit import diff_states, resolve
+    from ..audit.views import diff_states, resolve
 
     with obj.repo() as repo:
         a, b = resolve(repo, rev_a), resolve(repo, rev_b)
@@ -267,7 +267,7 @@ def diff(obj: Ctx, rev_a: str, rev_b: str, thread: str | None, ns: str,
 @click.pass_obj
 def blame(obj: Ctx, as_json: bool) -> None:
     """For every current key: the commit that set its value, when, who and why."""
-    from ..audit import blame as blame_view
+    from ..audit.views import blame as blame_view
 
     with obj.repo() as repo:
         data = blame_view(repo)
@@ -294,7 +294,7 @@ def verify(obj: Ctx, no_git: bool, as_json: bool) -> None:
 
     Exit 1 when any check fails; each failure says what to do.
     """
-    from ..audit import verify as verify_checks
+    from ..audit.views import verify as verify_checks
 
     with obj.repo() as repo:
         checks = verify_checks(repo, use_git=not no_git)
@@ -343,8 +343,8 @@ def repair_journal(obj: Ctx, as_json: bool) -> None:
     Exit 0 once nothing is left to journal; 3 when the journal still cannot be written
     (what was not journaled stays for the next run).
     """
-    from .. import refusals
-    from ..engine import identity
+    from ..history import refusals
+    from ..write.engine import identity
 
     with obj.repo() as repo:
         done, lost = refusals.repair(repo.store, identity(repo.config))
@@ -365,7 +365,7 @@ def gc(obj: Ctx, auto: bool, as_json: bool) -> None:
     Runs beside writers without taking the write lock; runs by itself in the background when
     [gitstate] gc_loose_objects (3000) is passed, unless auto_gc = false.
     """
-    from ..maintenance import run_gc
+    from ..write.maintenance import run_gc
 
     with obj.repo() as repo:
         figures = run_gc(repo.reader, auto=auto)

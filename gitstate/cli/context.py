@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
-from .. import textsafe
-from ..errors import UsageError
-from ..model import Scalar, Value, display_value, local_text, parse_given_time
+from ..core import textsafe
+from ..core.errors import UsageError
+from ..core.model import Scalar, Value, display_value, local_text, parse_given_time
 
 if TYPE_CHECKING:
-    from ..repo import StateRepo
-    from ..results import WriteResult
+    from ..api.repo import StateRepo
+    from ..core.results import WriteResult
 
 F = TypeVar("F", bound=Callable[..., Any])
 C = TypeVar("C", bound=click.Command)
@@ -65,7 +65,7 @@ class Ctx:
     def zone(self) -> tzinfo:
         """The agent's time zone: every time given is read in it, and shown in it."""
         if self._zone is None:
-            from ..config import load_config, resolve_tz
+            from ..system.config import load_config, resolve_tz
 
             self._zone = resolve_tz(load_config(self.agent_dir).timezone)
         return self._zone
@@ -79,7 +79,7 @@ class Ctx:
         return local_text(stamp, self.zone)
 
     def repo(self, writer: str = "human") -> StateRepo:
-        from ..repo import StateRepo
+        from ..api.repo import StateRepo
 
         return StateRepo(self.agent_dir, writer=writer)
 
@@ -223,7 +223,7 @@ def listing(name: str, items: list[Any], more: int, as_json: bool, as_jsonl: boo
     """Print a long listing: one JSON document ``{name: [...], "more": N}`` with --json,
     one object per line with --jsonl, else one text line per item (``line`` gets the
     terminal-safe JSON form); then, when it was cut, :func:`more_note`."""
-    from ..results import to_json
+    from ..core.results import to_json
 
     if as_json and as_jsonl:
         raise click.UsageError("--json and --jsonl contradict each other: give one")
@@ -245,7 +245,7 @@ def emit(data: Any, as_json: bool, text: str | Callable[[Any], str]) -> None:
     """Print ``data`` (a result, or JSON-ready data) as JSON, or as text: a ``text``
     callable is given the JSON form with every string made terminal-safe (``shown``), so
     no field can forge a line or hide characters."""
-    from ..results import to_json
+    from ..core.results import to_json
 
     data = to_json(data)
     if as_json:

@@ -19,10 +19,10 @@ from zoneinfo import ZoneInfo
 
 import click
 
-from . import safefile
-from .errors import CasMismatch, UsageError
-from .model import local_text
-from .repo import StateRepo
+from ..api.repo import StateRepo
+from ..core.errors import CasMismatch, UsageError
+from ..core.model import local_text
+from ..system import safefile
 
 TZ = ZoneInfo("Asia/Taipei")
 
@@ -46,7 +46,7 @@ def _step(clock: _Clock, title: str) -> None:
 
 def _section(repo: StateRepo, clock: _Clock) -> None:
     """A wake-up: the section it receives, and its receipt (as a hook records one)."""
-    from . import receipts
+    from ..history import receipts
 
     text = repo.render(now=clock.now)
     receipts.record(str(repo.state_dir / ".git"), text.encode(), now=clock.now,
@@ -119,7 +119,7 @@ def run_demo(agent_dir: Path | None = None, keep: bool = True) -> Path:
         _step(clock, "The audit trail, straight from git (`git log`):")
         _print_log(repo)
         head = repo.head()
-        from .report import write_report
+        from ..report.build import write_report
 
         site = root / "report"
         pages = write_report(repo, site, "trader-agent")

@@ -1,4 +1,4 @@
-"""`gitstate install HOST`: wire an agent host to this gitstate (gitstate/install.py)."""
+"""`gitstate install HOST`: wire an agent host to this gitstate (gitstate/hosts/install.py)."""
 
 from __future__ import annotations
 
@@ -56,8 +56,8 @@ def install(obj: Ctx, host: str, scope: str | None, check: bool) -> None:
     """
     import os
 
-    from .. import install as wiring_mod
-    from ..errors import UsageError
+    from ..core.errors import UsageError
+    from ..hosts import install as wiring_mod
 
     obj.repo().close()  # an uninitialised agent directory fails here, with its usual rule
     chosen = scope or ("user" if host == "codex" else "project")
@@ -70,7 +70,7 @@ def install(obj: Ctx, host: str, scope: str | None, check: bool) -> None:
     for line in wiring_mod.apply(wiring):
         click.echo(line)
     if check:
-        from ..hostcheck import check as host_check
+        from ..hosts.check import check as host_check
 
         click.echo(host_check(host, chosen, project, home))
         return

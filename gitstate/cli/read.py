@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ..model import display_value, format_time
+from ..core.model import display_value, format_time
 from .context import (
     AT_HELP,
     Ctx,
@@ -63,7 +63,7 @@ def get(obj: Ctx, now: str | None, at: str | None, history_n: int, as_json: bool
     with obj.repo() as repo:
         commit, moment = None, obj.time(now, "--now")
         if at is not None:
-            from ..audit import resolve_at
+            from ..audit.views import resolve_at
 
             commit, at_moment = resolve_at(repo, at)
             moment = moment or at_moment
@@ -98,7 +98,7 @@ def render(obj: Ctx, locale: str | None, now: str | None, at: str | None,
     --run, the run's <state> block follows the section (the hooks do the same when
     GITSTATE_RUN names a run).
     """
-    from ..fastpath import run_fast, section
+    from ..wakeup.fastpath import run_fast, section
 
     if receipt_id is not None:
         if any(v is not None for v in (locale, now, at, run_id)):
@@ -118,7 +118,7 @@ def render(obj: Ctx, locale: str | None, now: str | None, at: str | None,
             raise click.exceptions.Exit(code)
         return
     if at is not None:
-        from ..audit import resolve_at
+        from ..audit.views import resolve_at
 
         with obj.repo() as repo:
             commit, moment = resolve_at(repo, at)
@@ -165,7 +165,7 @@ def hook(obj: Ctx, runtime: str, event: str | None, locale: str | None,
     Prints nothing at all when the state is empty or injection is disabled. Errors go to
     stderr with exit 1 (never 2, which would block the host's prompt).
     """
-    from ..fastpath import run_fast
+    from ..wakeup.fastpath import run_fast
 
     opts = {"runtime": runtime, **({"event": event} if event else {}),
             **({"locale": locale} if locale else {}),
@@ -177,9 +177,9 @@ def hook(obj: Ctx, runtime: str, event: str | None, locale: str | None,
 
 
 def _reproduce(obj: Ctx, receipt_id: str) -> None:
-    from .. import receipts
-    from ..errors import Refused
-    from ..fastpath import reproduce
+    from ..core.errors import Refused
+    from ..history import receipts
+    from ..wakeup.fastpath import reproduce
 
     rec = receipts.find(str(obj.agent_dir / "state" / ".git"), receipt_id)
     if rec is None:
@@ -208,7 +208,7 @@ def receipts(obj: Ctx, since: str | None, limit: int | None, show_all: bool, as_
     Every `gitstate hook ...` records one (state/.git/gitstate-receipts.jsonl, rotated at
     1 MiB). `gitstate render --receipt ID` reproduces those exact bytes.
     """
-    from .. import receipts as store
+    from ..history import receipts as store
 
     items, more = limited(store.entries(str(obj.agent_dir / "state" / ".git"),
                                         obj.time(since, "--since")), limit, show_all)

@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from .. import textsafe
-from ..errors import Refused
+from ..core import textsafe
+from ..core.errors import Refused
 from .context import EXITS, Ctx, emit, examples, json_option, shown
 
 
@@ -107,13 +107,13 @@ def _commit_pending(repo: Any, threads: list[str] | bool) -> None:
     """Pending writes still in a thread's journal (an interrupted super-step) go into a
     commit first, by the saver's own commit_pending_writes, so that the thread resumes
     elsewhere; without LangGraph installed, push reports them as pending."""
-    from .. import lgsync
+    from ..threads import sync as lgsync
 
     waiting = [t for t in lgsync.asked(repo.store, threads) if lgsync.pending(repo.store, t)]
     if not waiting:
         return
     try:
-        from ..langgraph import GitCheckpointSaver
+        from ..langgraph.saver import GitCheckpointSaver
     except ImportError:
         return
     with GitCheckpointSaver(repo.agent_dir) as saver:
@@ -201,7 +201,7 @@ def clone(obj: Ctx, url: str, directory: Path | None, as_json: bool, all_threads
           thread_ids: tuple[str, ...]) -> None:
     """A new agent directory (DIRECTORY, else --agent-dir) from a remote state repository
     (and its LangGraph threads, when asked)."""
-    from ..repo import StateRepo
+    from ..api.repo import StateRepo
 
     target = directory or obj.agent_dir
     with StateRepo.clone(url, target) as repo:
@@ -248,7 +248,7 @@ def verify_push(old: str, new: str, ref: str, git_dir: Path, main: str | None,
     cap, limit and the schema. Each refusal names its rule. A run ledger is checked
     against --main when the same push moves main (the hook passes it).
     """
-    from ..sync import verify_push as check
+    from ..remote.sync import verify_push as check
 
     problems = check(git_dir, old, new, ref, main=main)
     if as_json:
@@ -283,7 +283,7 @@ def fleet(root: Path, expiring_hours: float, full: bool, as_json: bool) -> None:
 
     Exit 1 (fleet.empty) when ROOT holds no agent directory.
     """
-    from ..fleet import fleet as do_fleet
+    from ..audit.fleet import fleet as do_fleet
 
     def progress(items: list[Path]) -> Any:
         if len(items) < 10 or not sys.stderr.isatty():

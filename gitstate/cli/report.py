@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..httpguard import REQUEST_SECONDS
+from ..system.httpguard import REQUEST_SECONDS
 from .context import Ctx, emit, examples, json_option
 
 
@@ -39,7 +39,7 @@ def report(obj: Ctx, out: Path, fleet_root: Path | None, force: bool, as_json: b
     wake-up, expiry and now (what `render --at` prints). Times are in the agent's zone with
     their offset. docs/auditing.md.
     """
-    from ..report import write_fleet, write_report
+    from ..report.build import write_fleet, write_report
 
     def progress(text: str) -> None:
         click.echo(f"  {text}", err=True)
@@ -88,8 +88,8 @@ def serve(obj: Ctx, host: str, port: int, token_env: str, token_file: Path | Non
     (421 otherwise: a DNS-rebinding page is refused), a browser's Origin must be it or an
     --allow-origin (403), and off loopback a bearer token is required (401). docs/security.md.
     """
-    from ..httpguard import read_token, require_token_off_loopback
-    from ..report import serve as serve_pages
+    from ..report.build import serve as serve_pages
+    from ..system.httpguard import read_token, require_token_off_loopback
 
     token = read_token(token_env, token_file, "GITSTATE_REPORT_TOKEN")
     require_token_off_loopback(host, token, f"set ${token_env} or pass --token-file")

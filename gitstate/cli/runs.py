@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from .context import (
     EXITS,
     Ctx,
@@ -80,7 +80,7 @@ def start(obj: Ctx, run_id: str, description: str, criteria: tuple[str, ...],
           max_iterations: int | None, max_tokens: int | None, max_cost_cents: int | None,
           deadline: str | None, reason: str, request_id: str | None, as_json: bool) -> None:
     """Create run RUN_ID with its goal (goal_created: the ref's first commit)."""
-    from ..model import format_time
+    from ..core.model import format_time
 
     moment = obj.time(deadline, "--deadline")
     budget = {k: v for k, v in (("max_iterations", max_iterations), ("max_tokens", max_tokens),
@@ -147,7 +147,7 @@ def show(obj: Ctx, run_id: str, at: str | None, as_json: bool) -> None:
     if at is not None and not (4 <= len(at) <= 40 and all(c in "0123456789abcdef" for c in at)):
         import contextlib
 
-        from ..model import format_time, parse_given_time
+        from ..core.model import format_time, parse_given_time
 
         # in the agent's zone; what is no time is the ledger's to refuse (run.invalid)
         with contextlib.suppress(UsageError):
@@ -256,7 +256,7 @@ def list_(obj: Ctx, limit: int | None, show_all: bool, as_json: bool, as_jsonl: 
 @click.pass_obj
 def verify(obj: Ctx, run_id: str, as_json: bool) -> None:
     """Replay RUN_ID from its first commit; exit 1 unless every run.json matches."""
-    from ..errors import Refused
+    from ..core.errors import Refused
 
     with obj.repo() as repo:
         problems = repo.runs.verify(run_id)

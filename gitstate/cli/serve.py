@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from ..errors import UsageError
-from ..httpguard import REQUEST_SECONDS
-from ..mcp_http import MAX_SESSIONS, SESSION_IDLE_SECONDS
+from ..core.errors import UsageError
+from ..mcp.http import MAX_SESSIONS, SESSION_IDLE_SECONDS
+from ..system.httpguard import REQUEST_SECONDS
 from .context import Ctx
 
 
@@ -18,8 +18,8 @@ class McpCommand(click.Command):
 
     def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         super().format_help_text(ctx, formatter)
-        from ..config import Config
-        from ..mcp_tools import tools
+        from ..mcp.tools import tools
+        from ..system.config import Config
 
         with formatter.section("Tools"):
             formatter.write_dl([(t.name, t.description.split(". ")[0].rstrip(".") + ".")
@@ -79,7 +79,7 @@ def mcp(obj: Ctx, http: bool, host: str, port: int, token_env: str, token_file: 
     already in use: usage.port_in_use).
     """
     try:
-        from ..mcp_server import serve
+        from ..mcp.server import serve
     except ImportError as exc:
         raise UsageError(f"the MCP server needs the mcp extra: pip install 'gitstate[mcp]' "
                          f"({exc})", rule="usage.mcp_missing") from exc
@@ -87,8 +87,8 @@ def mcp(obj: Ctx, http: bool, host: str, port: int, token_env: str, token_file: 
     if not http:
         serve(obj.agent_dir)
         return
-    from ..httpguard import read_token
-    from ..mcp_http import TOKEN_ENV, Limits, serve_http
+    from ..mcp.http import TOKEN_ENV, Limits, serve_http
+    from ..system.httpguard import read_token
 
     serve_http(obj.agent_dir, host, port, read_token(token_env, token_file, TOKEN_ENV),
                allow_host, allow_origin, token_env,
@@ -118,7 +118,7 @@ def demo(ctx: click.Context, keep: bool, demo_dir: Path | None) -> None:
     """
     from click.core import ParameterSource
 
-    from ..demo import run_demo
+    from .demo import run_demo
 
     root = ctx.find_root()
     obj = ctx.find_object(Ctx)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from ..errors import Refused, UsageError
-from ..layout import SCHEMA_FILE
+from ..core.errors import Refused, UsageError
+from ..core.layout import SCHEMA_FILE
 from .context import Ctx, emit, examples, finish, json_option, parse_json_value
 
 
@@ -29,7 +29,7 @@ def schema() -> None:
 @click.pass_obj
 def schema_show(obj: Ctx, rev: str | None, as_json: bool) -> None:
     """Print schema.yaml exactly as committed (comments included)."""
-    from ..audit import resolve
+    from ..audit.views import resolve
 
     with obj.repo() as repo:
         commit = resolve(repo, rev) if rev else repo.head()
@@ -54,7 +54,7 @@ def schema_check(obj: Ctx, file: Path | None, as_json: bool) -> None:
     Exit 1 when a live key breaks the schema. Expired keys written under an older schema
     are listed but do not fail the check.
     """
-    from ..schema import parse_schema
+    from ..core.schema import parse_schema
 
     candidate = parse_schema(_read(file)) if file is not None else None
     with obj.repo() as repo:

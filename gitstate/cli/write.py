@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from ..errors import Refused, UsageError
+from ..core.errors import Refused, UsageError
 from .context import (
     EXITS,
     Ctx,
@@ -27,7 +27,7 @@ from .context import (
 @click.pass_obj
 def init(obj: Ctx, as_json: bool) -> None:
     """Create <agent dir>/state as a git repository on branch main (idempotent)."""
-    from ..repo import StateRepo
+    from ..api.repo import StateRepo
 
     with StateRepo.init(obj.agent_dir, writer="human") as repo:
         head = repo.head()
@@ -73,7 +73,7 @@ def set_(obj: Ctx, key: str, value: str | None, reason: str, ttl_hours: float | 
     if sum(x is not None and x is not False for x in (expect, expect_json, expect_absent)) > 1:
         raise UsageError("--expect, --expect-json and --expect-absent exclude each other",
                          rule="usage.expect")
-    from ..planners import UNSET, Expected
+    from ..write.planners import UNSET, Expected
 
     expected: Expected = None if expect_absent else (
         parse_value(expect) if expect is not None else
@@ -100,7 +100,7 @@ def set_(obj: Ctx, key: str, value: str | None, reason: str, ttl_hours: float | 
 def clear(obj: Ctx, key: str, reason: str, expect: str | None, request_id: str | None,
           as_json: bool) -> None:
     """Retire KEY (its history stays in the log)."""
-    from ..planners import UNSET
+    from ..write.planners import UNSET
 
     with obj.repo() as repo:
         result = repo.clear(key, reason,
@@ -159,14 +159,14 @@ def revert(obj: Ctx, rev: str | None, key: str | None, reason: str, force: bool,
         raise UsageError("give either REV or --key KEY", rule="usage.revert")
     with obj.repo() as repo:
         if key is not None:
-            from ..audit import changes as log_view
+            from ..audit.views import changes as log_view
 
             latest = next(log_view(repo, key=key, limit=1), None)
             if latest is None:
                 raise Refused(f"{key!r} has no change to revert", rule="revert.no_change")
             commit = str(latest["commit"])
         else:
-            from ..audit import resolve
+            from ..audit.views import resolve
 
             commit = resolve(repo, rev or "HEAD")
         result = repo.revert(commit, reason, force=force)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # typing, dataclasses and decimal are kept off the wake-up pa
     from typing import Any
 
 Scalar = str | int | float | bool
-# a scalar, or a JSON array or object of values (gitstate/values.py: limits and comparison)
+# a scalar, or a JSON array or object of values (gitstate/core/values.py: limits and comparison)
 if TYPE_CHECKING:
     Value = str | int | float | bool | list[Any] | dict[str, Any]
 else:  # the same, evaluable at run time without importing typing (get_type_hints reads it)

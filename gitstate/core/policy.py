@@ -1,5 +1,5 @@
 """schema.yaml's ``approvals`` section: which tools need an approval, and each one's policy
-(gitstate/approvals.py applies it)::
+(gitstate/approvals/steps.py applies it)::
 
     approvals:
       refund: {writers: [human], ttl_hours: 24, offline_spend: false,
@@ -17,7 +17,7 @@ from .errors import InvalidInput, SchemaError
 @dataclass(frozen=True)
 class ApprovalPolicy:
     """A tool that runs only with a human's approval of its exact arguments
-    (gitstate/approvals.py): who may decide, how long an approval lasts, whether it may be
+    (gitstate/approvals/steps.py): who may decide, how long an approval lasts, whether it may be
     spent without the remote (``offline_spend``: a local-first agent with a remote), and the
     keys (or ``*`` patterns) whose change between the decision and the spend voids it."""
 

@@ -1,7 +1,7 @@
 """The typed records the Python API returns for listings: history entries, run summaries,
 a run's goal and next action, and a requested approval (docs/python-api.md).
 
-Frozen dataclasses, like the rest of ``gitstate.results``. They replaced plain dicts; a
+Frozen dataclasses, like the rest of ``gitstate.core.results``. They replaced plain dicts; a
 caller that still indexes one (``entry["op"]``, ``view.next["action"]``, ``dict(entry)``)
 gets the same answer and a DeprecationWarning naming the attribute to use instead
 (:class:`MappingCompat`). ``to_dict()`` is the JSON form, unchanged from the dicts'.

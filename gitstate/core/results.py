@@ -3,7 +3,7 @@
 The style, chosen once (docs/design.md, "Results"): plain dataclasses holding the model's
 records (``Entry``, ``Handoff``). The Python API returns them; :func:`to_json` is the only
 way they become JSON (the CLI's ``--json``, the MCP server's structured content); the MCP
-output schemas are generated from these same classes (``gitstate.mcp_schema``). A field
+output schemas are generated from these same classes (``gitstate.mcp.schema``). A field
 added here therefore appears everywhere at once, and a test checks the CLI's JSON against
 the MCP schema for the same operation.
 

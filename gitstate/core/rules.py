@@ -140,7 +140,7 @@ def check_twin(key: str, existing: Iterable[str]) -> None:
 
 def check_value(value: object, key: str | None = None) -> Value:
     """A value is a JSON scalar (one line of text, a finite number or a boolean), or an array
-    or object of values within the limits of gitstate/values.py, each string inside under
+    or object of values within the limits of gitstate/core/values.py, each string inside under
     the same rules as a scalar (an empty string or null is allowed inside). An error names
     the path of the offending element (``facts.window_ok``), from ``key`` when given."""
     if isinstance(value, list | dict):

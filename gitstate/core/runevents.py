@@ -1,7 +1,7 @@
 """The run ledger's event vocabulary: each event type and its fields (docs/runs.md).
 
 It sits below the schema, which names who may record each type, while the ledger that
-records and replays events lives with the runs (gitstate/runs.py).
+records and replays events lives with the runs (gitstate/runs/model.py).
 """
 
 from __future__ import annotations

@@ -26,10 +26,10 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from . import layout, shapes
-from .approval_policy import ApprovalPolicy
 from .errors import InvalidInput
 from .errors import SchemaError as SchemaError  # re-exported: where callers look for it
 from .model import Scalar, State, Value
+from .policy import ApprovalPolicy
 
 SCHEMA_FILE = layout.SCHEMA_FILE
 MAX_FLOW_DEPTH = 64
@@ -84,7 +84,7 @@ class KeySpec:
         return "; ".join(parts)
 
 
-APPROVAL_PREFIX = "approval."  # keys written only through gitstate/approvals.py
+APPROVAL_PREFIX = "approval."  # keys written only through gitstate/approvals/steps.py
 
 
 @dataclass(frozen=True)
@@ -383,7 +383,7 @@ def parse_schema(text: str) -> Schema:
 
 
 def _approvals(raw: Any) -> dict[str, ApprovalPolicy]:
-    from .approval_policy import parse_policies
+    from .policy import parse_policies
 
     return parse_policies(raw)
 

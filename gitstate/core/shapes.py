@@ -3,7 +3,7 @@
 A declared key of type ``list`` has ``items`` (the shape of every element) and optional
 ``min_items``, ``max_items`` and ``unique``; an ``object`` has ``fields`` (name → shape, each
 required unless it says ``required: false``) and refuses undeclared fields unless it says
-``open: true``; ``json`` is any value within the limits of gitstate/values.py. A shape is a
+``open: true``; ``json`` is any value within the limits of gitstate/core/values.py. A shape is a
 declaration mapping or, for brevity, a bare type name (``window_ok: boolean``). Inside a
 structure the scalar types are ``string`` (``min_length``, ``max_length``, ``pattern``),
 ``integer`` and ``number`` (``min``, ``max``), ``boolean`` and ``enum`` (``values``); any

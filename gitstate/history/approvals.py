@@ -17,12 +17,12 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .model import Entry, State
+from ..core.model import Entry, State
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from .store import GitStore
+    from ..store import GitStore
 
 RETIRED = "Retired"  # Gitstate-Retired: ["approval.<id>", ...]
 FINAL_STEPS = ("deny", "consume", "outcome")
@@ -65,9 +65,9 @@ def record_from(change: Any, time: str) -> Entry | None:
 
 def last_record(store: GitStore, head: str, key: str) -> Entry | None:
     """The newest record of ``key`` on the history of ``head`` (its final step's value)."""
-    from .model import format_time
-    from .timebase import UTC, datetime
-    from .trailers import NotAGitstateCommit, parse_message
+    from ..core.model import format_time
+    from ..core.timebase import UTC, datetime
+    from ..core.trailers import NotAGitstateCommit, parse_message
 
     needle = f"Gitstate-Key: {key}\n".encode()
     for info in store.walk(head):

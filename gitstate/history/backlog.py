@@ -9,11 +9,11 @@ import contextlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from . import safefile
-from .layout import REFUSALS_FAILED_FILE
+from ..core.layout import REFUSALS_FAILED_FILE
+from ..system import safefile
 
 if TYPE_CHECKING:
-    from .store import GitStore
+    from ..store import GitStore
 
 
 def failed(store: GitStore, entry: dict[str, Any]) -> None:

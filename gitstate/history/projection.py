@@ -17,11 +17,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple, Protocol
 
-from . import faults, safefile
-from .errors import HistoryRewritten
-from .model import HISTORY_FILE, format_time
-from .records import ChangeRecord
-from .trailers import NotAGitstateCommit, parse_message
+from ..core.errors import HistoryRewritten
+from ..core.model import HISTORY_FILE, format_time
+from ..core.records import ChangeRecord
+from ..core.trailers import NotAGitstateCommit, parse_message
+from ..system import faults, safefile
 
 
 class _Commit(Protocol):
@@ -315,7 +315,7 @@ class Projection:
 
     def rebuild(self, walker: _Walker, head: str | None) -> int:
         """Rewrite the projection from git alone (``head`` None: empty)."""
-        from .store import atomic_write
+        from ..store import atomic_write
 
         records = [record(info) for info in walker.walk(head)] if head else []
         records.reverse()

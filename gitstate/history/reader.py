@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import HistoryRewritten, NotInitialized, StoreError
-from .layout import SCHEMA_FILE, STATE_FILE
-from .model import EMPTY, State
+from ..core.errors import HistoryRewritten, NotInitialized, StoreError
+from ..core.layout import SCHEMA_FILE, STATE_FILE
+from ..core.model import EMPTY, State
+from ..core.records import ChangeRecord
+from ..core.schema import Schema, parse_schema
+from ..store import GitStore
 from .projection import Mark, Projection, record
-from .records import ChangeRecord
-from .schema import Schema, parse_schema
-from .store import GitStore
 
 
 class StateReader:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import json
 import os
 
-from .layout import RECEIPTS_FILE
-from .timebase import UTC, datetime
+from ..core.layout import RECEIPTS_FILE
+from ..core.timebase import UTC, datetime
 
 try:
     from _sha256 import sha256  # type: ignore[import-not-found]
@@ -63,7 +63,7 @@ def record(git_dir: str, data: bytes, *, now: datetime, head: str | None, runtim
         except FileNotFoundError:
             pass
         # a planted symlink, FIFO or hard link is refused, never written through
-        from .safefile import append
+        from ..system.safefile import append
 
         append(path, line.encode(), repair=True)
     except OSError:
@@ -72,7 +72,7 @@ def record(git_dir: str, data: bytes, *, now: datetime, head: str | None, runtim
 
 
 def _lines(path: str) -> list[str]:
-    from .safefile import read_regular
+    from ..system.safefile import read_regular
 
     try:
         return read_regular(path, 2 * MAX_BYTES).decode("utf-8", "replace").splitlines()
@@ -82,7 +82,7 @@ def _lines(path: str) -> list[str]:
 
 def entries(git_dir: str, since: datetime | None = None) -> Iterator[dict[str, Any]]:
     """Every receipt kept, newest first; lines that are not receipts are skipped."""
-    from .model import parse_time
+    from ..core.model import parse_time
 
     path = os.path.join(git_dir, FILE)
     for line in reversed(_lines(path + ".1") + _lines(path)):

@@ -22,8 +22,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from . import layout, safefile, secretscan
-from .model import Value, canonical_text
+from ..core import layout, secretscan
+from ..core.model import Value, canonical_text
+from ..system import safefile
 
 PREFIX = "redacted:hmac-sha256:"
 KEY_FILE = layout.REDACT_KEY_FILE

@@ -36,18 +36,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import layout, locking, safefile, secretscan, textsafe
+from ..core import layout, secretscan, textsafe
+from ..core.errors import InvalidInput, Refused, StoreError
+from ..core.rules import check_key
+from ..core.trailers import encode_json
+from ..system import locking, safefile
 from .backlog import failed as _failed
 from .backlog import failures
-from .errors import InvalidInput, Refused, StoreError
-from .rules import check_key
-from .trailers import encode_json
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from contextlib import AbstractContextManager
 
-    from .store import GitStore
+    from ..store import GitStore
 
 REF = "refs/gitstate/refusals"
 PREVIOUS = "refs/gitstate/refusals-previous"
@@ -130,7 +131,7 @@ def written(entry: dict[str, Any], seq: int, previous: str | None,
 
 def record(store: GitStore, identity: bytes, **fields: Any) -> str | None:
     """Append one refusal; returns its commit (None when it could not be written: the
-    record is then kept in :data:`FAILED_FILE`, gitstate/backlog.py, for :func:`repair`)."""
+    record is then kept in :data:`FAILED_FILE`, gitstate/history/backlog.py, for :func:`repair`)."""
     if os.environ.get(_BASELINE_ENV):  # bench/refusal_storm.py's baseline: no journal
         return None
     entry = keep(fields)
@@ -315,7 +316,7 @@ def check_chain(store: GitStore, head: str) -> list[str]:
     rule of every namespace (``rules.time_problem``)."""
     import time
 
-    from .rules import time_problem
+    from ..core.rules import time_problem
 
     out: list[str] = []
     now, newer = time.time(), None

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from .approval_life import retired, without
-from .model import EMPTY, Entry, Handoff, State, format_time
-from .trailers import Change
+from ..core.model import EMPTY, Entry, Handoff, State, format_time
+from ..core.trailers import Change
+from .approvals import retired, without
 
 
 class ReplayError(ValueError):
@@ -21,7 +21,7 @@ class ReplayError(ValueError):
 
 def apply_change(state: State, change: Change, commit_time: int) -> State:
     """The state after a commit with these trailers, made at ``commit_time`` (epoch s);
-    the approval records ``Gitstate-Retired`` names leave it (gitstate/approval_life.py)."""
+    the approval records ``Gitstate-Retired`` names leave it (gitstate/history/approvals.py)."""
     after = _apply(state, change, commit_time)
     try:
         gone = retired(change.extra)

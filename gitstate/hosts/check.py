@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .errors import GitStateError
+from ..core.errors import GitStateError
 from .install import SERVER
 
 CHECK_SECONDS = 120.0

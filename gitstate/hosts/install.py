@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import safefile
-from .errors import Refused
+from ..core.errors import Refused
+from ..system import safefile
 
 HOSTS = ("claude-code", "codex", "gemini", "cursor")
 SERVER = "gitstate"

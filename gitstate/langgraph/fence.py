@@ -29,9 +29,9 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import locking
-from .errors import DiskFullAs, ThreadSuperseded
-from .model import format_time
+from ..core.errors import DiskFullAs, ThreadSuperseded
+from ..core.model import format_time
+from ..system import locking
 
 RECORD_MAX = 512
 

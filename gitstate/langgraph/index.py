@@ -1,6 +1,6 @@
 """The checkpoint index of a repository's LangGraph threads: which checkpoints each thread
 ref holds, by id, with their commit, parent, run and metadata, and which commits carry the
-pending writes of each checkpoint (gitstate/langgraph.py).
+pending writes of each checkpoint (gitstate/langgraph/saver.py).
 
 It lets ``get_tuple`` find a checkpoint's commit and ``list`` answer across threads
 without walking any history. It is a cache beside the refs, never the truth: each ref's
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import safefile
+from ..system import safefile
 
 INDEX_MAX_BYTES = 1 << 30
 

@@ -1,4 +1,4 @@
-"""What a LangGraph store query matches (gitstate/lgstore.py): a search ``filter`` on an
+"""What a LangGraph store query matches (gitstate/langgraph/store.py): a search ``filter`` on an
 item's value, with the semantics of LangGraph's in-memory store (``$eq``, ``$ne``, ``$gt``,
 ``$gte``, ``$lt``, ``$lte``, nested objects, exact lists; a filter key is a member of the
 value, else a dotted path into it), and a ``list_namespaces`` match condition (a prefix or

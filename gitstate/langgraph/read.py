@@ -1,6 +1,6 @@
 """Reading LangGraph checkpoint threads: refs, the checkpoint index, checkpoints and their
-pending writes, in the layout of gitstate/lgformat.py and the earlier one (a mixin of
-GitCheckpointSaver, gitstate/langgraph.py)."""
+pending writes, in the layout of gitstate/threads/format.py and the earlier one (a mixin of
+GitCheckpointSaver, gitstate/langgraph/saver.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, writes_sort_key
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from . import layout, lgjournal
-from .lgformat import (
+from ..core import layout
+from ..threads import journal as lgjournal
+from ..threads.format import (
     CHANNEL,
     EMPTY,
     PREFIX,
@@ -27,11 +28,11 @@ from .lgformat import (
     trailer_json,
     untyped,
 )
-from .lgindex import CheckpointIndex, Entry, RefEntries
-from .lgjournal import Journal, Write
+from ..threads.journal import Journal, Write
+from .index import CheckpointIndex, Entry, RefEntries
 
 if TYPE_CHECKING:
-    from .store import GitStore
+    from ..store import GitStore
 
 BLOB_CACHE_BYTES = 64 << 20
 

@@ -2,11 +2,11 @@
 
 Each (thread, namespace) has one ref of its own in the agent's state repository, never
 main: ``refs/gitstate/threads/<thread>/<ns>/checkpoints``, one commit per checkpoint. Its
-tree is flat (gitstate/lgformat.py): ``checkpoint``, ``metadata``, ``channel.<channel>``
+tree is flat (gitstate/threads/format.py): ``checkpoint``, ``metadata``, ``channel.<channel>``
 per channel (an unchanged channel is the same blob as before, and ``git show`` of a
 checkpoint lists the channels that changed) and ``pending-writes``: the pending writes
 made since the ref's previous commit. ``put_writes`` makes no commit: its writes are
-appended to the thread's journal and flushed (gitstate/lgjournal.py), and the next
+appended to the thread's journal and flushed (gitstate/threads/journal.py), and the next
 checkpoint commit of the namespace carries them, so a super-step is one commit. The
 message is a summary line and trailers: ``Gitstate-Checkpoint``,
 ``Gitstate-Parent-Checkpoint`` (LangGraph's parent, which differs from the git parent after
@@ -17,9 +17,9 @@ trees and a ``writes`` ref) are read as they are and continue in this one.
 
 Commits go through the store's commit path (the packfmt serializer, the ref's lock taken
 and compared first, pack, index and lock flushed together). The checkpoint index beside the
-refs (gitstate/lgindex.py) finds a checkpoint's commit and answers ``list`` without walking
+refs (gitstate/langgraph/index.py) finds a checkpoint's commit and answers ``list`` without walking
 history. After each put, outside the lock, small packs are folded and, past a threshold,
-background maintenance is started (gitstate/maintenance.py), as main's writes do.
+background maintenance is started (gitstate/write/maintenance.py), as main's writes do.
 
 Deletes keep the audit trail: ``delete_thread`` (and ``prune(strategy="delete")``) move the
 thread's refs to ``refs/gitstate/archive/threads/<thread>/<time>/...`` instead of dropping
@@ -64,10 +64,11 @@ except ImportError as exc:  # the extra is not installed: say which one
     raise ImportError("gitstate.langgraph needs the langgraph extra: pip install "
                       f"'gitstate[langgraph]' ({exc})") from exc
 
-from . import clockbase, layout, lgjournal, maintenance, rules
-from .errors import StoreError
-from .lgfence import ThreadFence
-from .lgformat import (
+from ..core import layout, rules
+from ..core.errors import StoreError
+from ..system import clock as clockbase
+from ..threads import journal as lgjournal
+from ..threads.format import (
     ARCHIVE,
     CHANNEL,
     EMPTY,
@@ -90,10 +91,12 @@ from .lgformat import (
     untyped,
     writes_message,
 )
-from .lgindex import CheckpointIndex, Entry, RefEntries
-from .lgjournal import Write
-from .lgread import ThreadReads
-from .lgstore import GitStateStore as GitStateStore  # the Store, re-exported here
+from ..threads.journal import Write
+from ..write import maintenance
+from .fence import ThreadFence
+from .index import CheckpointIndex, Entry, RefEntries
+from .read import ThreadReads
+from .store import GitStateStore as GitStateStore  # the Store, re-exported here
 
 __all__ = ["ARCHIVE", "PREFIX", "GitCheckpointSaver", "GitStateStore", "dec", "enc",
            "parse_trailers", "trailer_json"]
@@ -112,14 +115,14 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
     def __init__(self, agent_dir: str | Path, *,
                  serde: SerializerProtocol | None = None, owner: str | None = None) -> None:
         super().__init__(serde=serde)
-        from .repo import StateRepo
+        from ..api.repo import StateRepo
 
         path = Path(agent_dir)
         if not (path / "state" / ".git").is_dir():
             StateRepo.init(path).close()
         self.repo = StateRepo(path, writer="runtime")
         self.store = self.repo.store
-        from .engine import identity
+        from ..write.engine import identity
 
         self.identity = identity(self.repo.config)
         self.mutex = threading.RLock()  # one store, many worker threads (the async API)
@@ -374,7 +377,7 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
         return out
 
     def _commit_time(self, head: str | None) -> int:
-        """A thread commit's time, by main's clock model (gitstate/clockbase.py: a reading
+        """A thread commit's time, by main's clock model (gitstate/system/clock.py: a reading
         that stepped away from the repository's anchor is not believed) and never before
         its parent's: commit times do not go back within a thread's ref."""
         now = int(clockbase.read(self.store.git_dir).time.timestamp())

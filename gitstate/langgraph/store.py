@@ -46,14 +46,14 @@ try:
         validate_op_namespace,
     )
 except ImportError as exc:  # the extra is not installed: say which one
-    raise ImportError("gitstate.lgstore needs the langgraph extra: pip install "
+    raise ImportError("gitstate.langgraph.store needs the langgraph extra: pip install "
                       f"'gitstate[langgraph]' ({exc})") from exc
 
-from .errors import InvalidInput
-from .lgmatch import matches, namespace_matches
-from .model import Entry, parse_time
-from .records import ChangeRecord
-from .repo import StateRepo
+from ..api.repo import StateRepo
+from ..core.errors import InvalidInput
+from ..core.model import Entry, parse_time
+from ..core.records import ChangeRecord
+from .match import matches, namespace_matches
 
 PREFIX = "store"
 _PLAIN = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")

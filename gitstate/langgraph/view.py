@@ -2,7 +2,7 @@
 
 The log lists a thread's commits newest first (checkpoints with their step, source, parent
 and run; tombstones of deleted runs and prunes), straight from the thread ref's trailers.
-show and diff decode checkpoints through the checkpointer itself (gitstate/langgraph.py), with
+show and diff decode checkpoints through the checkpointer itself (gitstate/langgraph/saver.py), with
 LangGraph's strict serde (nothing outside its plain-data allow-list is constructed), and
 name the channels a checkpoint changed (channel files whose blob its commit changed).
 Values are shown as JSON where they are JSON, else as their text form.
@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError
+from ..core.errors import UsageError
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
-    from .langgraph import GitCheckpointSaver
+    from .saver import GitCheckpointSaver
 
 
 def _saver(agent_dir: Any) -> GitCheckpointSaver:
@@ -28,7 +28,7 @@ def _saver(agent_dir: Any) -> GitCheckpointSaver:
     try:
         from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-        from .langgraph import GitCheckpointSaver
+        from .saver import GitCheckpointSaver
     except ImportError as exc:
         raise UsageError("reading checkpoint threads needs the langgraph extra: pip install "
                          f"'gitstate[langgraph]' ({exc})", rule="usage.langgraph_missing"
@@ -46,7 +46,7 @@ def _plain(value: Any) -> Any:
 
 def log(agent_dir: Any, thread: str, ns: str = "", limit: int | None = None
         ) -> list[dict[str, Any]]:
-    from .langgraph import parse_trailers, trailer_json
+    from .saver import parse_trailers, trailer_json
 
     with _saver(agent_dir) as saver:
         head = saver.store.ref(saver.ref_name(thread, ns, "checkpoints"))

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError
-from .httpguard import REQUEST_SECONDS, SECURITY_HEADERS, Guard
+from ..core.errors import UsageError
+from ..system.httpguard import REQUEST_SECONDS, SECURITY_HEADERS, Guard
 
 if TYPE_CHECKING:
     import asyncio
@@ -93,9 +93,10 @@ def build_app(agent_dir: str | Path, host: str, port: int, token: str | None,
               allow_hosts: tuple[str, ...] = (), allow_origins: tuple[str, ...] = (),
               token_env: str = TOKEN_ENV, limits: Limits = Limits()) -> App:
     """The ASGI app serving ``/mcp`` for ``agent_dir``."""
-    from . import mcp_events, mcp_sdk
-    from .httpguard import require_token_off_loopback
-    from .mcp_server import build_server
+    from ..system.httpguard import require_token_off_loopback
+    from . import events as mcp_events
+    from . import sdk as mcp_sdk
+    from .server import build_server
 
     require_token_off_loopback(host, token, f"set {token_env} or pass --token-file")
     guard = Guard(host, port, token, allow_hosts, allow_origins,

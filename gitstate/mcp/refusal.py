@@ -34,7 +34,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from . import textsafe
+from ..core import textsafe
 
 NEXT: dict[str, str] = {
     "cas.mismatch": "decide again from the current value; to change it anyway, call {tool} "

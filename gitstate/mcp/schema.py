@@ -19,8 +19,8 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from . import model, results
-from .model import Entry, Handoff
+from ..core import model, results
+from ..core.model import Entry, Handoff
 
 RECORDS: dict[type, str] = {Entry: "Entry", Handoff: "Handoff"}
 """The model's slot records (no dataclasses on the wake-up path) and their doc strings'

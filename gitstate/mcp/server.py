@@ -27,11 +27,12 @@ from typing import Any
 
 import anyio
 
-from . import mcp_sdk, mcp_tools
-from .errors import GitStateError
-from .mcp_sdk import INVALID_PARAMS, RESOURCE_NOT_FOUND, ProtocolError, Sender
-from .repo import StateRepo
-from .results import to_json
+from ..api.repo import StateRepo
+from ..core.errors import GitStateError
+from ..core.results import to_json
+from . import sdk as mcp_sdk
+from . import tools as mcp_tools
+from .sdk import INVALID_PARAMS, RESOURCE_NOT_FOUND, ProtocolError, Sender
 
 log = logging.getLogger("gitstate.mcp")
 SECTION_URI = "gitstate://section"
@@ -174,7 +175,8 @@ def build_server(agent_dir: str | Path) -> Any:
 
 def key_view(repo: StateRepo, key: str) -> dict[str, Any]:
     """The key resource: the entry (or null) and the key's newest changes."""
-    from . import audit, rules
+    from ..audit import views as audit
+    from ..core import rules
 
     rules.check_key(key)
     entry = repo.state().keys.get(key)
@@ -210,7 +212,7 @@ class Watcher:
                 del self.subscribers[connection]
 
     async def run(self) -> None:
-        from .fastpath import read_ref
+        from ..wakeup.fastpath import read_ref
 
         git_dir = str(self.repo.state_dir / ".git")
         if not self.started:
@@ -256,7 +258,7 @@ def _version() -> str:
     try:
         return version("gitstate")
     except PackageNotFoundError:  # run from a source tree that was never installed
-        from .layout import VERSION
+        from ..core.layout import VERSION
 
         return VERSION
 

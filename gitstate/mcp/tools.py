@@ -22,18 +22,19 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from . import mcp_refusal, textsafe
-from .config import resolve_tz
-from .errors import GitStateError, UsageError
-from .mcp_schema import RunOut, StateOut, WriteOut, clean_schema, inline_schema, output_schema
-from .model import local_times_in
-from .planners import UNSET, Expected
-from .repo import StateRepo
-from .results import refusal, to_json
-from .timebase import tzinfo
+from ..api.repo import StateRepo
+from ..core import textsafe
+from ..core.errors import GitStateError, UsageError
+from ..core.model import local_times_in
+from ..core.results import refusal, to_json
+from ..core.timebase import tzinfo
+from ..system.config import resolve_tz
+from ..write.planners import UNSET, Expected
+from . import refusal as mcp_refusal
+from .schema import RunOut, StateOut, WriteOut, clean_schema, inline_schema, output_schema
 
 if TYPE_CHECKING:
-    from .config import Config
+    from ..system.config import Config
 
 log = logging.getLogger("gitstate.mcp")
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import safefile
-from .layout import PRE_COMMIT_HOOK
+from ..core.layout import PRE_COMMIT_HOOK
+from ..system import safefile
 
 PRE_COMMIT = """\
 #!/bin/sh

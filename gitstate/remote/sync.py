@@ -23,18 +23,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from . import approvals, faults, foreign, layout
-from .engine import Commit, WriteEngine
-from .errors import GitStateError, Refused, StoreError, UsageError
-from .layout import BRANCH, REMOTE_REF, SCHEMA_FILE, STATE_DIR, STATE_FILE
-from .layout import UNPUSHED_PREFIX as UNPUSHED
-from .maintree import MainTree
-from .model import EMPTY, State
-from .replay import ReplayError, apply_change
-from .results import SyncResult, SyncStatus
-from .store import ZERO, GitStore
-from .store.transport import limits_for
-from .trailers import Change, NotAGitstateCommit, parse_message
+from ..accept import main as foreign
+from ..approvals import steps as approvals
+from ..core import layout
+from ..core.errors import GitStateError, Refused, StoreError, UsageError
+from ..core.layout import BRANCH, REMOTE_REF, SCHEMA_FILE, STATE_DIR, STATE_FILE
+from ..core.layout import UNPUSHED_PREFIX as UNPUSHED
+from ..core.model import EMPTY, State
+from ..core.results import SyncResult, SyncStatus
+from ..core.trailers import Change, NotAGitstateCommit, parse_message
+from ..history.replay import ReplayError, apply_change
+from ..store import ZERO, GitStore
+from ..store.transport import limits_for
+from ..system import faults
+from ..write.engine import Commit, WriteEngine
+from ..write.maintree import MainTree
 
 T = TypeVar("T")
 
@@ -355,7 +358,7 @@ def clone(url: str, agent_dir: Path) -> str:
     """Fill a new agent directory's state/ from an existing remote state repository;
     returns the remote's main. A failed clone removes what it made, like git clone, so
     that it can simply be retried."""
-    from .config import load_config
+    from ..system.config import load_config
     from .githooks import install
 
     state_dir = agent_dir / STATE_DIR
@@ -395,10 +398,10 @@ def verify_push(git_dir: Path, old: str, new: str, ref: str,
     """What a pre-receive hook runs for one ref update in a (bare) server repository.
     ``main``: main's commit after this push when the same push moves it (a run ledger's
     approval links and writers are checked against it), else main's head now."""
-    from .refusals import REMOTE_PREFIX, check_update
-    from .runformat import PREFIX as RUNS
-    from .runsync import verify_pushed
-    from .trust import Trust
+    from ..accept.trust import Trust
+    from ..history.refusals import REMOTE_PREFIX, check_update
+    from ..runs.format import PREFIX as RUNS
+    from ..runs.sync import verify_pushed
 
     zero = ZERO.decode()
     namespace = layout.remote_namespace(ref)
@@ -426,8 +429,8 @@ def verify_push(git_dir: Path, old: str, new: str, ref: str,
         if journal:  # grows only: a fast-forward, or a new generation naming the old head
             return [f"{ref}: {p}" for p in check_update(store, None if old == zero else old,
                                                         new)]
-        if namespace == "threads":  # the thread rule (gitstate/lgcheck.py)
-            from .lgsync import verify_pushed as verify_thread
+        if namespace == "threads":  # the thread rule (gitstate/threads/check.py)
+            from ..threads.sync import verify_pushed as verify_thread
 
             return verify_thread(store, ref, None if old == zero else old,
                                  None if new == zero else new)

@@ -1,6 +1,6 @@
 """`gitstate report --html DIR` and `gitstate serve`: the auditor's pages, on disk or live.
 
-The report is a static site (gitstate/htmlreport.py; no script, no network, works from
+The report is a static site (gitstate/report/html.py; no script, no network, works from
 file://): ``index.html`` (the overview), ``keys/<key>.html`` (each key's timeline),
 ``commits/<id>.html`` for the newest commits (reportdata.COMMIT_PAGES) and ``at/<time>.html``,
 the state at chosen instants (reportdata.instants), listed by ``at/index.html``. With a fleet root,
@@ -26,11 +26,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import htmlreport, reportdata, safefile
-from .errors import UsageError, disk_full
+from ..core.errors import UsageError, disk_full
+from ..system import safefile
+from . import data as reportdata
+from . import html as htmlreport
 
 if TYPE_CHECKING:
-    from .repo import StateRepo
+    from ..api.repo import StateRepo
 
 Progress = Callable[[str], None]
 
@@ -59,7 +61,7 @@ def _publish(out: Path, pages: dict[str, str], progress: Progress | None,
 def site(repo: StateRepo, name: str, commits: frozenset[str] = frozenset(),
          instants: frozenset[str] = frozenset()) -> htmlreport.Site:
     """The pages' shared context: the agent's zone (config.resolve_tz) and the time now."""
-    from .config import resolve_tz
+    from ..system.config import resolve_tz
 
     return htmlreport.Site(name, resolve_tz(repo.config.timezone), repo.now(), commits,
                            instants)
@@ -95,9 +97,9 @@ def write_report(repo: StateRepo, out: Path, name: str,
 def write_fleet(root: Path, out: Path, progress: Progress | None = None,
                 force: bool = False) -> int:
     """A site per agent under ``root`` and an index over them; returns the page count."""
-    from .config import resolve_tz
-    from .fleet import fleet
-    from .repo import StateRepo
+    from ..api.repo import StateRepo
+    from ..audit.fleet import fleet
+    from ..system.config import resolve_tz
 
     rows = fleet(root)
     pages: dict[str, str] = {}
@@ -158,7 +160,7 @@ def page_for(repo: StateRepo, name: str, path: str) -> str | None:
 def _linked(repo: StateRepo, name: str,
             lines: dict[str, dict[str, Any]] | None) -> htmlreport.Site:
     """The context of a page served alone: which commits and instants have a page."""
-    from .audit import log
+    from ..audit.views import log
 
     lines = reportdata.timelines(repo) if lines is None else lines
     commits = frozenset(str(r["commit"]) for r in log(repo, limit=reportdata.COMMIT_PAGES))
@@ -180,8 +182,8 @@ def serve(agent_dir: Path, host: str, port: int, token: str | None,
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from .httpguard import REQUEST_SECONDS, SECURITY_HEADERS, Guard
-    from .repo import StateRepo
+    from ..api.repo import StateRepo
+    from ..system.httpguard import REQUEST_SECONDS, SECURITY_HEADERS, Guard
 
     name = agent_dir.resolve().name
     seconds = request_timeout or REQUEST_SECONDS

@@ -16,8 +16,8 @@ import html
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
-from .model import local_text, parse_time
-from .textsafe import visible
+from ..core.model import local_text, parse_time
+from ..core.textsafe import visible
 
 W, H = 1100, 360
 LEFT, RIGHT, TOP, BOTTOM = 78, 24, 44, 96

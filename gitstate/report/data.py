@@ -16,11 +16,11 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from . import receipts, refusals
-from .model import State, display_value, format_time, parse_time
+from ..core.model import State, display_value, format_time, parse_time
+from ..history import receipts, refusals
 
 if TYPE_CHECKING:
-    from .repo import StateRepo
+    from ..api.repo import StateRepo
 
 COMMIT_PAGES = 200  # the newest commits get a page; older ones are in the key tables
 RECENT = 20
@@ -29,7 +29,7 @@ KEY_EVENTS = 2000  # a key's page shows its newest changes (and receipts) up to 
 
 
 def overview(repo: StateRepo, name: str, use_git: bool = False) -> dict[str, Any]:
-    from .audit import verify
+    from ..audit.views import verify
 
     now = repo.now()
     state = repo.state()
@@ -139,7 +139,7 @@ def _wakeups(repo: StateRepo, out: dict[str, dict[str, Any]]) -> None:
 def commit_pages(repo: StateRepo, limit: int = COMMIT_PAGES) -> list[dict[str, Any]]:
     """The newest commits: the change, and the section as injected before and after (at
     the commit's own time, in the configured locale)."""
-    from .audit import show
+    from ..audit.views import show
 
     pages = []
     for rec in [r.to_dict() for r in repo.history(limit)]:
@@ -189,8 +189,8 @@ def parse_stamp(text: str) -> str | None:
 def state_at(repo: StateRepo, instant: dict[str, Any]) -> dict[str, Any]:
     """What ``gitstate render --at`` answers for the instant: the commit that was HEAD,
     every key with whether it had expired, the handoff, and the section as rendered."""
-    from .audit import commit_at
-    from .errors import UsageError
+    from ..audit.views import commit_at
+    from ..core.errors import UsageError
 
     moment = parse_time(instant["time"])
     try:

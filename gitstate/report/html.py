@@ -2,7 +2,7 @@
 
 Every page is one file with its style inline: no script, no font, no image, no network, so
 it works from file:// and every table reads without JavaScript. A key's timeline is an
-inline SVG step chart (gitstate/reportchart.py) with the same events in tables under it.
+inline SVG step chart (gitstate/report/chart.py) with the same events in tables under it.
 Every time is shown in the agent's zone with its offset (``Site.zone``, as the CLI prints
 them), and the style names CJK fonts before the generic families, so reasons in Chinese or
 Japanese do not show as boxes where the default font lacks them. Every untrusted text
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
-from .model import local_text
-from .reportchart import chart, zone_label
-from .reportchart import esc as esc  # the pages' one escaping, re-exported
+from ..core.model import local_text
+from .chart import chart, zone_label
+from .chart import esc as esc  # the pages' one escaping, re-exported
 
 CJK = ('"Noto Sans CJK TC","Noto Sans CJK SC","Noto Sans CJK JP","Noto Sans TC",'
        '"Source Han Sans TC","WenQuanYi Zen Hei","PingFang TC","Microsoft JhengHei",'
@@ -179,7 +179,7 @@ def _crumbs(prefix: str) -> str:
 
 def overview_page(site: Site, data: dict[str, Any], keys: list[str],
                   prefix: str = "") -> str:
-    from .reportdata import stamp
+    from .data import stamp
 
     badge = ('<span class="badge ok">verify: ok</span>' if data["ok"] else
              '<span class="badge bad">verify: ' + esc(", ".join(
@@ -212,7 +212,7 @@ def overview_page(site: Site, data: dict[str, Any], keys: list[str],
 
 
 def key_page(site: Site, key: str, tl: dict[str, Any]) -> str:
-    from .reportdata import stamp
+    from .data import stamp
 
     events = _table(["time", "event", "value", "actor", "reason", "commit"], [
         [site.when(e["time"]), esc(e["op"]), _value(e["value"]), esc(e["actor"] or "—"),

@@ -12,16 +12,16 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from . import runs
-from .errors import StoreError
-from .runformat import RUN_FILE, RUN_MAX_BYTES, encode_run, events, message, trailer_problem
-from .runrender import check_size
-from .trust import Trust, claim_problem
+from ..accept.trust import Trust, claim_problem
+from ..core.errors import StoreError
+from . import model as runs
+from .format import RUN_FILE, RUN_MAX_BYTES, encode_run, events, message, trailer_problem
+from .render import check_size
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from .store import GitStore
+    from ..store import GitStore
 
 
 class Links:
@@ -44,9 +44,9 @@ class Links:
         return self._times.get(commit)
 
     def decisions(self, event: dict[str, Any], when: datetime) -> dict[str, str]:
-        from . import approvals
-        from .layout import STATE_FILE
-        from .model import EMPTY, State
+        from ..approvals import steps as approvals
+        from ..core.layout import STATE_FILE
+        from ..core.model import EMPTY, State
 
         commit = event.get("main_commit")
         if not isinstance(commit, str):
@@ -66,7 +66,7 @@ class Links:
         state = State.from_bytes(data) if data else EMPTY
         wanted = approvals.PREFIX + str(event.get("approval_id"))
         if wanted not in state.keys:  # retired by then: as its final step left it
-            from .approval_life import last_record
+            from ..history.approvals import last_record
 
             record = last_record(self.store, commit, wanted)
             if record is not None:
@@ -88,7 +88,7 @@ def replay_problems(store: GitStore, run_id: str, head: str,
     first — the ledger's own ``apply_event`` at the parent's run, on the event, writer and
     time the commit records, must give exactly the committed run.json, and the commit
     exactly the message the ledger writes. Times never go back within the ref nor run ahead
-    of ``now`` (gitstate/foreign.py's clock rule); an ``approval_recorded`` must cite
+    of ``now`` (gitstate/accept/main.py's clock rule); an ``approval_recorded`` must cite
     main's commit holding that decision (:class:`Links`, against ``main``). Writers are
     checked against the defaults and schema.yaml's ``runs: writers`` (``writers``).
     ``foreign``: commits from elsewhere, where the first commit is re-derived by
@@ -96,12 +96,12 @@ def replay_problems(store: GitStore, run_id: str, head: str,
     writers the ledger uses, every commit keeps the block cap and its Writer and Process
     trailers are as the ledger writes them, an approval event without its link is refused
     and an event written as human or runtime counts only when ``trust`` says its signer
-    may act as that role (gitstate/trust.py); a local ledger recorded before links were
+    may act as that role (gitstate/accept/trust.py); a local ledger recorded before links were
     kept replays without them. Returns the problems (empty: the ledger is sound)."""
     import time as _time
 
-    from .errors import InvalidInput
-    from .rules import check_reason, check_request_id, time_problem
+    from ..core.errors import InvalidInput
+    from ..core.rules import check_reason, check_request_id, time_problem
 
     now = _time.time() if now is None else now
     links = Links(store, main)
@@ -177,7 +177,7 @@ def replay_problems(store: GitStore, run_id: str, head: str,
 def _check_clock(wall: str, commit_time: int) -> None:
     """Gitstate-Clock as main's (rederive's rule): the raw reading in gitstate's format,
     other than the commit's time and at most a year after it."""
-    from .model import format_time, parse_time
+    from ..core.model import format_time, parse_time
 
     try:
         moment = parse_time(wall)

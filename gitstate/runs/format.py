@@ -1,7 +1,7 @@
 """What a run commit is, byte for byte: the ref prefix, run.json's bytes, the message and
 its trailers (``Gitstate-Run``, ``Gitstate-Event``, ``Gitstate-Writer``, ``Gitstate-Request``,
 ``Gitstate-Process``). The ledger writes with these and the one rule of foreign commits
-(gitstate/runcheck.py) re-derives with the same ones, so the two cannot drift.
+(gitstate/runs/check.py) re-derives with the same ones, so the two cannot drift.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import re
 import socket
 from typing import TYPE_CHECKING, Any
 
-from .trailers import encode_json
+from ..core.trailers import encode_json
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from .store import GitStore
-    from .store.base import CommitInfo
+    from ..store import GitStore
+    from ..store.base import CommitInfo
 
 PREFIX = "refs/heads/runs/"
 RUN_FILE = "run.json"
@@ -43,7 +43,7 @@ def trailer_problem(writer: str, session: str) -> str | None:
     have written (None: nothing): the writer is one of the roles, the process is
     :func:`session_id`'s shape (host of letters, digits, ``-`` and ``.``, a process id, six
     hex digits)."""
-    from .schema import WRITERS
+    from ..core.schema import WRITERS
 
     if writer not in WRITERS:
         return f"[run.writer] Gitstate-Writer {writer[:40]!r} is not one of {', '.join(WRITERS)}"

@@ -22,31 +22,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import locking, runs
-from .clockbase import reading_of
-from .errors import DiskFullAs, InvalidInput, StoreError, did_you_mean
-from .layout import RUN_CACHE_DIR, RUN_LOCK_FILE
-from .model import format_time
-from .records import NextAction, RunGoal, RunSummary
-from .results import RunView
-from .runevents import EVENTS
-from .runformat import (
-    PREFIX,
-    RUN_FILE,
-    RUN_MAX_BYTES,
-    encode_run,
-    events,
-    message,
-    parse,
-    session_id,
-)
-from .trailers import encode_json
+from ..core.errors import DiskFullAs, InvalidInput, StoreError, did_you_mean
+from ..core.layout import RUN_CACHE_DIR, RUN_LOCK_FILE
+from ..core.model import format_time
+from ..core.records import NextAction, RunGoal, RunSummary
+from ..core.results import RunView
+from ..core.runevents import EVENTS
+from ..core.trailers import encode_json
+from ..system import locking
+from ..system.clock import reading_of
+from . import model as runs
+from .format import PREFIX, RUN_FILE, RUN_MAX_BYTES, encode_run, events, message, parse, session_id
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from .config import Config
-    from .store import GitStore
+    from ..store import GitStore
+    from ..system.config import Config
 
 
 Policy = tuple["Mapping[str, tuple[str, ...]]", "str | None"]
@@ -83,7 +75,7 @@ class Ledger:
 
     def _dated(self, *commits: str | None) -> tuple[datetime, datetime]:
         """The clock model's time, no earlier than these commits', and the raw wall reading
-        (gitstate/clockbase.py)."""
+        (gitstate/system/clock.py)."""
         reading = reading_of(self.clock)
         now = reading.time
         for commit in commits:
@@ -125,7 +117,7 @@ class Ledger:
               owner: str | None = None, budget: dict[str, Any] | None = None,
               reason: str, request_id: str | None = None) -> RunView:
         """goal_created: the run's first commit (refused when the run exists)."""
-        from .rules import check_reason, check_request_id
+        from ..core.rules import check_reason, check_request_id
 
         reason = check_reason(reason)
         if request_id is not None:
@@ -148,7 +140,7 @@ class Ledger:
     def event(self, run_id: str, event: dict[str, Any], reason: str, *,
               writer: str | None = None, request_id: str | None = None) -> RunView:
         """Apply one event (one commit), as ``writer`` (the repository's by default)."""
-        from .rules import check_reason, check_request_id
+        from ..core.rules import check_reason, check_request_id
 
         reason = check_reason(reason)
         if request_id is not None:
@@ -158,7 +150,7 @@ class Ledger:
             earlier = self._replayed(run_id, request_id)
             if earlier is not None:
                 return earlier
-            from .runcheck import Links
+            from .check import Links
 
             view = self.read(run_id)
             writers, main = self.policy()
@@ -183,8 +175,8 @@ class Ledger:
 
     def _journal(self, run_id: str, event: Any, writer: str, reason: str,
                  request_id: str | None, exc: runs.RunRefused) -> None:
-        from . import refusals
-        from .engine import identity
+        from ..history import refusals
+        from ..write.engine import identity
 
         try:  # the record keeps only what passed the input rules (a secret never does)
             attempted: Any = runs.validate_event(event)
@@ -202,8 +194,8 @@ class Ledger:
                 event: dict[str, Any], reason: str, writer: str, request_id: str | None,
                 now: datetime, wall: datetime | None = None) -> RunView:
         """``wall``: the raw reading, kept in ``Gitstate-Clock`` when it is not ``now``."""
-        from . import runrender
-        from .engine import identity
+        from ..write.engine import identity
+        from . import render as runrender
 
         try:
             runrender.check_size(run, now)
@@ -257,7 +249,7 @@ class Ledger:
     def read_at(self, run_id: str, at: str) -> RunView:
         """The run as it stood at ``at``: a commit of its ref (a prefix of 4 or more hex
         digits), or an ISO 8601 time (the last event at or before it)."""
-        from .model import parse_time
+        from ..core.model import parse_time
 
         head = self.store.ref(self._ref(run_id))
         if head is None:
@@ -282,7 +274,7 @@ class Ledger:
         head = head or self.store.ref(self._ref(run_id))
         if head is None:
             return [f"no run {run_id!r}"]
-        from .runcheck import replay_problems
+        from .check import replay_problems
 
         writers, main = self.policy()
         return replay_problems(self.store, run_id, head, writers, main=main)
@@ -302,7 +294,7 @@ class Ledger:
 
     def stats(self) -> dict[str, Any]:
         """The seed's metrics, from history across every run and the refusal journal."""
-        from . import refusals
+        from ..history import refusals
 
         out: dict[str, Any] = {"runs": 0, "events": 0, "events_by_type": {},
                                "replay_ok": 0, "replay_failed": [], "resumes": 0,
@@ -359,7 +351,7 @@ def _cache(git_dir: Path, run_id: str, commit: str, data: bytes) -> None:
         folder.mkdir(exist_ok=True)
         if not stat.S_ISDIR(os.lstat(folder).st_mode):
             return
-        from .safefile import write_atomic  # replaces a planted link, never follows it
+        from ..system.safefile import write_atomic  # replaces a planted link, never follows it
 
         write_atomic(folder / f"{run_id}.json", commit.encode() + b"\n" + data)
 
@@ -367,7 +359,7 @@ def _cache(git_dir: Path, run_id: str, commit: str, data: bytes) -> None:
 def cached(git_dir: Path, run_id: str, head: str | None = None) -> dict[str, Any] | None:
     """The cached run.json when it is the run's current commit (``head``, else read from
     the loose ref), else None."""
-    from .safefile import read_regular
+    from ..system.safefile import read_regular
 
     try:
         ref = head.encode() if head else \

@@ -17,7 +17,7 @@ Rules (each refusal is a RunRefused naming ``run.<rule>``):
 * with risk high or critical, a step declared side-effecting waits for an approval: the run
   is ``waiting_for_approval`` until ``approval_recorded`` (approved: continue; denied:
   blocked; expired: approval_required again), which cites main's commit holding the
-  decision (``main_commit``; the ledger fills it in and checks it, gitstate/ledger.py);
+  decision (``main_commit``; the ledger fills it in and checks it, gitstate/runs/ledger.py);
 * ``completed`` is refused unless every success criterion maps to a recorded evidence ref;
 * a tool result observed before the evidence already recorded for the same ref is stale;
 * ``question_answered`` needs an evidence ref and an open question;
@@ -35,9 +35,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from .errors import Refused
-from .model import format_time, parse_time
-from .runevents import AGENT_EVENTS, BOOL, EVENTS, INT, LIST, RUNTIME_EVENTS, STR
+from ..core.errors import Refused
+from ..core.model import format_time, parse_time
+from ..core.runevents import AGENT_EVENTS, BOOL, EVENTS, INT, LIST, RUNTIME_EVENTS, STR
 
 FORMAT = 1
 RISKS = ("low", "medium", "high", "critical")
@@ -69,7 +69,7 @@ def check_run_id(run_id: object) -> str:
 
 
 def _text(value: object, where: str) -> str:
-    from .rules import check_secret, check_value
+    from ..core.rules import check_secret, check_value
 
     if not isinstance(value, str) or not value.strip():
         raise _refuse("invalid", f"{where} must be non-empty text")
@@ -83,7 +83,7 @@ def _text(value: object, where: str) -> str:
 def new_run(run_id: str, *, description: str, criteria: list[str], constraints: list[str],
             risk: str, owner: str, now: datetime, budget: dict[str, Any]) -> dict[str, Any]:
     """The run as ``goal_created`` makes it."""
-    from .rules import check_secret
+    from ..core.rules import check_secret
 
     check_run_id(run_id)
     check_secret(run_id, "the run id")  # it becomes a ref name, pushed with the run
@@ -128,7 +128,7 @@ def goal(run_id: str, *, description: str, criteria: list[str], constraints: lis
          budget: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the run, its ``goal_created`` event) as a run's first commit records them: what
     ``Ledger.start`` writes and what the replay of a run from elsewhere re-derives its first
-    commit with (gitstate/runcheck.py). The goal's lists are lists of texts and the budget
+    commit with (gitstate/runs/check.py). The goal's lists are lists of texts and the budget
     names only :data:`BUDGET_KEYS`."""
     for name, value in (("criteria", criteria), ("constraints", constraints)):
         if not isinstance(value, list):

@@ -17,8 +17,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
-from .model import parse_time
-from .textsafe import inline
+from ..core.model import parse_time
+from ..core.textsafe import inline
 
 MAX_BYTES = 4096
 NEXT_STEPS = 3  # the block names the next few pending steps, and counts the rest
@@ -107,8 +107,8 @@ def largest(run: dict[str, Any], next_action: dict[str, Any], tz: tzinfo) -> int
 
 def check_size(run: dict[str, Any], now: datetime) -> None:
     """The cap every run commit keeps (``run.block_too_large``): checked by the ledger before
-    it writes an event and by the replay of a run from elsewhere (gitstate/runcheck.py)."""
-    from . import runs
+    it writes an event and by the replay of a run from elsewhere (gitstate/runs/check.py)."""
+    from . import model as runs
 
     size = largest(run, runs.next_action(run, now), UTC)
     if size > MAX_BYTES:

@@ -24,20 +24,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import faults, locking
-from .errors import Refused
-from .layout import BRANCH, RUN_LOCK_FILE
-from .runcheck import replay_problems
-from .runformat import PREFIX
-from .runs import RunRefused, check_run_id
+from ..core.errors import Refused
+from ..core.layout import BRANCH, RUN_LOCK_FILE
+from ..system import faults, locking
+from .check import replay_problems
+from .format import PREFIX
+from .model import RunRefused, check_run_id
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from contextlib import AbstractContextManager
 
-    from .schema import Schema
-    from .store import GitStore
-    from .trust import Trust
+    from ..accept.trust import Trust
+    from ..core.schema import Schema
+    from ..store import GitStore
 
 TRACKING = "refs/remotes/origin/runs/"
 
@@ -147,8 +147,8 @@ def verify_pushed(store: GitStore, ref: str, old: str | None, new: str | None,
 
 def _schema_at(store: GitStore, commit: str | None) -> Schema | None:
     """The server's schema at main's head: the writers a pushed run's events rest on."""
-    from .layout import SCHEMA_FILE
-    from .schema import SchemaError, parse_schema
+    from ..core.layout import SCHEMA_FILE
+    from ..core.schema import SchemaError, parse_schema
 
     data = store.read_file(commit, SCHEMA_FILE) if commit else None
     try:

@@ -22,9 +22,10 @@ from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
-from .. import layout, locking
-from ..errors import NotInitialized, StoreError
-from ..layout import INCOMING_PREFIX, LOCK_FILE, WRITING_FILE
+from ..core import layout
+from ..core.errors import NotInitialized, StoreError
+from ..core.layout import INCOMING_PREFIX, LOCK_FILE, WRITING_FILE
+from ..system import locking
 from . import packwrite, rawobj, recovery
 from .durability import Flush, flush_for
 from .fs import exclude_projection, holds_data

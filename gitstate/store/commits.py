@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from dulwich.objects import ObjectID
 from dulwich.refs import Ref
 
-from .. import faults, layout, safefile, sshsig
-from ..errors import StoreError
-from ..layout import FILE_MODE
+from ..core import layout
+from ..core.errors import StoreError
+from ..core.layout import FILE_MODE
+from ..system import faults, safefile, sshsig
 from . import packfmt, packwrite
 from .base import ZERO, CommitInfo, RepoBase
 from .fs import created_dirs

@@ -14,9 +14,9 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import safefile
-from ..errors import disk_full
-from ..layout import EXCLUDE_FILE, TREE_FILES
+from ..core.errors import disk_full
+from ..core.layout import EXCLUDE_FILE, TREE_FILES
+from ..system import safefile
 
 
 def git_blob_id(data: bytes) -> str:

@@ -104,7 +104,7 @@ def read_strict(headers: Headers, get_raw: Callable[[ObjectID], tuple[int, bytes
     ``store.object_too_large``) when its header declares more than ``limit`` bytes, before
     any of it is inflated; a loose one is never inflated past its header's size, a packed
     one is read by ``get_raw`` (its pack was checked entry by entry when it arrived)."""
-    from ..errors import StoreError
+    from ..core.errors import StoreError
 
     _kind, size = headers.size(hexsha)
     if size > limit:

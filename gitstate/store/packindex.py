@@ -22,7 +22,7 @@ doubling deltas, cost gigabytes before any check could run. Here:
 4. The version-2 index is written (``packfmt``) and both files get git's names.
 
 Memory stays at the cache, two objects of the per-object bound and ~60 bytes per object,
-whatever the pack holds. Every refusal is a :class:`~gitstate.errors.StoreError` whose rule
+whatever the pack holds. Every refusal is a :class:`~gitstate.core.errors.StoreError` whose rule
 and message name the bound and its ``[gitstate]`` setting.
 """
 
@@ -38,17 +38,10 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import safefile
-from ..errors import StoreError
+from ..core.errors import StoreError
+from ..system import safefile
 from . import packfmt
-from .objheader import (
-    OFS_DELTA,
-    REF_DELTA,
-    HeaderError,
-    delta_sizes,
-    entry_header,
-    ofs_delta_base,
-)
+from .objheader import OFS_DELTA, REF_DELTA, HeaderError, delta_sizes, entry_header, ofs_delta_base
 
 CACHE_BYTES = 32 << 20
 MAX_DELTA_DEPTH = 4095  # git's own limit on a pack's delta chains

@@ -8,9 +8,9 @@ import io
 import os
 from collections.abc import Iterator
 
-from .. import gitcli, locking, safefile
-from ..errors import LockTimeout, StoreError, disk_full
-from ..layout import REPACK_LOCK_FILE
+from ..core.errors import LockTimeout, StoreError, disk_full
+from ..core.layout import REPACK_LOCK_FILE
+from ..system import gitcli, locking, safefile
 from . import packwrite
 from .base import RepoBase
 

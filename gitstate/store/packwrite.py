@@ -30,8 +30,8 @@ from pathlib import Path
 from dulwich.object_format import ObjectFormat
 from dulwich.objects import ShaFile
 
-from .. import faults, locking, safefile
-from ..layout import REPACK_LOCK_FILE
+from ..core.layout import REPACK_LOCK_FILE
+from ..system import faults, locking, safefile
 from . import packfmt
 from .durability import Flush, fsync_dir
 

@@ -20,8 +20,8 @@ from urllib.parse import unquote, urlparse
 from dulwich.objects import ObjectID
 from dulwich.refs import Ref
 
-from .. import layout
-from ..errors import GitStateError, StoreError
+from ..core import layout
+from ..core.errors import GitStateError, StoreError
 from .base import ZERO
 from .transport import TransportOps, check_advertised, unreachable
 from .wire import Clock, client_for, is_timeout
@@ -208,7 +208,7 @@ def stale_remote_locks(url: str, older_than: float = STALE_LOCK_SECONDS) -> list
 def _hook_text(data: bytes) -> str:
     """What the remote printed, as plain visible text: its own lines (``remote:`` prefixes
     and progress meters dropped), control characters shown escaped."""
-    from ..textsafe import visible
+    from ..core.textsafe import visible
 
     lines = []
     for raw in data.replace(b"\r", b"\n").split(b"\n"):

@@ -11,7 +11,7 @@ cut short, a mode that is not one of git's (or is zero-padded), an empty name, a
 well-formed identities, no second ``tree``, and an ``encoding`` header, if any, that says
 UTF-8 (git shows a message in another encoding transcoded; gitstate would show the bytes).
 
-Pure: bytes in, entries or a :class:`~gitstate.errors.StoreError` out.
+Pure: bytes in, entries or a :class:`~gitstate.core.errors.StoreError` out.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from ..errors import StoreError
+from ..core.errors import StoreError
 
 DIR_MODE = 0o040000
 MODES = frozenset({0o100644, 0o100755, 0o120000, DIR_MODE, 0o160000})

@@ -23,7 +23,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from .. import layout
+from ..core import layout
 
 # the files under .git that only main's writes replace (their ``.<name>.*.tmp``)
 _MAIN_TEMPS = ("index", layout.SCHEMA_CACHE_FILE, layout.STAMP_FILE)

@@ -16,7 +16,7 @@ a remote"). A fetch (:meth:`TransportOps.incoming`):
    and only then moves the objects in (:meth:`Incoming.take`) and its refs.
 
 Every failure of a remote — a bad name, a bound, a deadline, a damaged pack, a refused or
-dropped connection — is a :class:`~gitstate.errors.StoreError` whose rule names it; no
+dropped connection — is a :class:`~gitstate.core.errors.StoreError` whose rule names it; no
 transport library's exception escapes.
 """
 
@@ -34,10 +34,11 @@ from dulwich.objects import ObjectID
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
-from .. import layout, locking, safefile
-from ..config import Config
-from ..errors import GitStateError, StoreError
-from ..layout import INCOMING_PREFIX
+from ..core import layout
+from ..core.errors import GitStateError, StoreError
+from ..core.layout import INCOMING_PREFIX
+from ..system import locking, safefile
+from ..system.config import Config
 from .base import ZERO, RepoBase
 from .fs import created_dirs, fsync_file
 from .packindex import PackBounds, PackSink, index_pack

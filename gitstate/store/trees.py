@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dulwich.objects import Blob, Commit, ObjectID, Tree
 
-from .. import faults
-from ..layout import FILE_MODE
+from ..core.layout import FILE_MODE
+from ..system import faults
 from . import packwrite
 from .commits import CommitOps
 

@@ -5,7 +5,7 @@ A remote that never sends its refs, or stops half-way through a pack, must not h
 :class:`Deadlines` (config.toml's ``remote_connect_seconds``, ``remote_stall_seconds`` and
 ``remote_total_seconds``): connecting may take the first, every wait for the next bytes
 (the first byte included) the second, the whole operation the third. A deadline that passes
-ends the operation with a :class:`~gitstate.errors.StoreError` of rule ``remote.timeout``
+ends the operation with a :class:`~gitstate.core.errors.StoreError` of rule ``remote.timeout``
 naming the setting. How each transport keeps them:
 
 * git:// — our own connect (a socket with the connect timeout), then a socket timeout before
@@ -47,8 +47,8 @@ from dulwich.client import (
 )
 from dulwich.protocol import DEFAULT_GIT_PROTOCOL_VERSION_FETCH, Protocol
 
-from .. import gitcli
-from ..errors import StoreError
+from ..core.errors import StoreError
+from ..system import gitcli
 from .fs import is_local
 
 

@@ -9,10 +9,11 @@ import os
 import struct
 from pathlib import Path
 
-from .. import faults, layout, safefile
-from ..errors import StoreError
-from ..layout import FILE_MODE, SCHEMA_FILE, SPARE_PREFIX, STAMP_FILE, STATE_FILE, TREE_FILES
-from ..model import State
+from ..core import layout
+from ..core.errors import StoreError
+from ..core.layout import FILE_MODE, SCHEMA_FILE, SPARE_PREFIX, STAMP_FILE, STATE_FILE, TREE_FILES
+from ..core.model import State
+from ..system import faults, safefile
 from .base import RepoBase, WorktreeStatus
 from .fs import file_blob_id, swap_write
 

@@ -26,8 +26,8 @@ import contextlib
 import json
 import os
 
-from .layout import CLOCK_FILE
-from .timebase import UTC, datetime
+from ..core.layout import CLOCK_FILE
+from ..core.timebase import UTC, datetime
 
 SKEW_SECONDS = 300  # a reading this close to the anchored time is believed
 ACCEPT_SECONDS = 600  # a new offset kept this long (boot time) is a correction

@@ -16,15 +16,15 @@ try:  # the builtin module imports in microseconds; hashlib loads OpenSSL (~3 ms
 except ImportError:  # pragma: no cover - other Python implementations
     from hashlib import sha1 as _sha1
 
-from .layout import CONFIG_CACHE_FILE, STATE_DIR
-from .layout import CONFIG_FILE as CONFIG_FILE  # re-exported for callers
-from .timebase import UTC, datetime, tzinfo
+from ..core.layout import CONFIG_CACHE_FILE, STATE_DIR
+from ..core.layout import CONFIG_FILE as CONFIG_FILE  # re-exported for callers
+from ..core.timebase import UTC, datetime, tzinfo
 
 TYPE_CHECKING = False  # not `from typing import`: typing costs ~3 ms per wake-up
 if TYPE_CHECKING:
     from typing import Any
 
-    from .errors import ConfigError
+    from ..core.errors import ConfigError
 
 LOCALES = ("zh-TW", "en", "ja")
 DURABILITY_MODES = ("auto", "strict", "fast")
@@ -123,7 +123,7 @@ _ = [getattr(Config, attr) for attr, *_ in _SETTINGS.values()]  # every setting 
 def _error(message: str, *, rule: str) -> ConfigError:
     """A ConfigError, its module imported only then: the wake-up path reads config.toml on
     every run, and the error tree is a third of a millisecond to import."""
-    from .errors import ConfigError
+    from ..core.errors import ConfigError
 
     return ConfigError(message, rule=rule)
 
@@ -271,7 +271,7 @@ def check_timezone(name: str) -> None:
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as exc:
-        from .errors import did_you_mean
+        from ..core.errors import did_you_mean
 
         raise _error(f"unknown time zone {name!r} (an IANA name such as 'Asia/Taipei' or "
                      f"'UTC')." + did_you_mean(name, available_timezones()),

@@ -34,7 +34,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UsageError
+from ..core.errors import UsageError
 
 LOOPBACK_NAMES = ("localhost",)
 SECURITY_HEADERS = (

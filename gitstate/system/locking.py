@@ -21,8 +21,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..core.errors import LockTimeout
 from . import safefile
-from .errors import LockTimeout
 
 
 def _open(path: Path) -> int:

@@ -443,7 +443,7 @@ def real_dirs(root: str | os.PathLike[str], names: tuple[str, ...]) -> None:
     """Refuse (a StoreError, ``store.not_regular``) when any of ``names`` (relative to
     ``root``) that exists is a symlink or no directory: the writes open a file's own
     directory without following a link, so the directories above it must be real ones."""
-    from .errors import StoreError
+    from ..core.errors import StoreError
 
     for name in names:
         path = os.path.join(root, name)

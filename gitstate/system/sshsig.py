@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import tempfile
 
-from .errors import ConfigError, InvalidInput
+from ..core.errors import ConfigError, InvalidInput
 
 NAMESPACE = "git"  # what git itself signs and verifies commits under
 HEADER = b"gpgsig"

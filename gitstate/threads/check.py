@@ -2,19 +2,20 @@
 langgraph.md "Threads travel"): a thread commit from elsewhere is taken only when it is the
 commit the saver itself makes at its parent, for what the commit records.
 
-Shared with every namespace (gitstate/foreign.py): the history is one line descending from
+Shared with every namespace (gitstate/accept/main.py): the history is one line descending from
 what is already here (``linear_chain``), commit times never go back and never run ahead of
 this clock (``time_problem``), a tree holds only known names as regular, bounded blobs whose
 sizes are read from headers before anything is inflated, every new file and the message
 pass the secret scan the writer applies (``lgformat.refuse_secrets``, the saver's own), and
-the message is re-derived byte for byte by the saver's own builders (gitstate/lgformat.py).
+the message is re-derived byte for byte by the saver's own builders (gitstate/threads/format.py).
 Specific to threads — a checkpoint's structure, never LangGraph's serde, which the checker
 neither needs nor runs:
 
 * a checkpoint commit: ``checkpoint`` and ``metadata``, ``channel.<name>`` files (names as
   the saver encodes them), every new file typed as the saver writes it (``<kind>\\0...``,
   no pickle, no ``msgpack`` extension that would construct more than plain data:
-  gitstate/lgvalue.py), ``pending-writes`` exactly when ``Gitstate-Writes-For`` names checkpoints;
+  gitstate/threads/value.py), ``pending-writes`` exactly when ``Gitstate-Writes-For``
+  names checkpoints;
   its id new on the ref, its parent checkpoint one the ref already had;
   ``Gitstate-Latest`` the newest id so far;
 * a pending-writes commit: the parent's tree but for ``pending-writes``;
@@ -36,10 +37,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import layout, lgjournal, rules
-from .errors import GitStateError, InvalidInput, StoreError
-from .foreign import Problem, linear_chain
-from .lgformat import (
+from ..accept.main import Problem, linear_chain
+from ..core import layout, rules
+from ..core.errors import GitStateError, InvalidInput, StoreError
+from ..core.rules import time_problem
+from . import journal as lgjournal
+from .format import (
     CHANNEL,
     EMPTY,
     LAYOUT,
@@ -58,11 +61,10 @@ from .lgformat import (
     refuse_secrets,
     writes_message,
 )
-from .lgvalue import UnsafeValue, check_typed
-from .rules import time_problem
+from .value import UnsafeValue, check_typed
 
 if TYPE_CHECKING:
-    from .store import GitStore
+    from ..store import GitStore
 
 FILE_MAX = 64 << 20  # one checkpoint file (a channel's value, serialized)
 COMMIT_MAX = 2 * FILE_MAX  # all the files of one commit, counted by name (as read)
@@ -326,7 +328,7 @@ def _writes(store: GitStore, files: dict[str, str], writes_for: list[str], ns: s
 
 def _safe(what: str, kind: str, body: bytes) -> None:
     """No value from elsewhere that would construct an object when decoded
-    (gitstate/lgvalue.py)."""
+    (gitstate/threads/value.py)."""
     try:
         check_typed(kind, body)
     except UnsafeValue as exc:

@@ -1,9 +1,9 @@
 """The git form of LangGraph checkpoint threads: ref and file names, trailers, and the
-secret scan of what a checkpoint commit holds (gitstate/langgraph.py; docs/langgraph.md).
+secret scan of what a checkpoint commit holds (gitstate/langgraph/saver.py; docs/langgraph.md).
 
 A checkpoint commit's tree is flat: ``checkpoint`` and ``metadata`` (LangGraph's serde,
 typed), ``channel.<channel>`` (the value of each channel at that checkpoint) and, when
-the commit carries pending writes, ``pending-writes`` (gitstate/lgjournal.py). A channel's
+the commit carries pending writes, ``pending-writes`` (gitstate/threads/journal.py). A channel's
 file keeps its name from checkpoint to checkpoint, so git's delta search, which pairs
 objects by the hash of their file name, finds each version's predecessor.
 """
@@ -16,9 +16,9 @@ import re
 from typing import Any
 from urllib.parse import unquote
 
-from . import layout, rules, secretscan, textsafe
-from .errors import InvalidInput, StoreError
-from .trailers import encode_json
+from ..core import layout, rules, secretscan, textsafe
+from ..core.errors import InvalidInput, StoreError
+from ..core.trailers import encode_json
 
 PREFIX = layout.THREADS_PREFIX
 ARCHIVE = layout.THREADS_ARCHIVE_PREFIX
@@ -71,7 +71,7 @@ def ids(conf: dict[str, Any]) -> tuple[str, str]:
 
 def check_ids(thread_id: str, ns: str) -> None:
     """The checks of a thread id and namespace, written here or arriving in a ref name
-    (gitstate/lgcheck.py): nothing secret (secretscan), no control, invisible or
+    (gitstate/threads/check.py): nothing secret (secretscan), no control, invisible or
     direction-changing character (textsafe.hidden: what could disguise the name in a log
     or a listing)."""
     for text, what in ((thread_id, "the thread id"), (ns, "the checkpoint namespace")):
@@ -150,10 +150,10 @@ def trailer_json(fields: dict[str, str], name: str, commit: str) -> Any:
 
 def parse_trailers(message: bytes) -> dict[str, str]:
     """The ``Gitstate-`` trailers of a thread commit: the one parser of the reader
-    (gitstate/lgread.py) and the rule of foreign commits (gitstate/lgcheck.py). Lines end
-    at "\\n" only (never at the other breaks str.splitlines knows: see LINE_BREAKS), and
-    only the block after the summary's blank line holds trailers: no summary text, however
-    made, is ever read as one."""
+    (gitstate/langgraph/read.py) and the rule of foreign commits
+    (gitstate/threads/check.py). Lines end at "\\n" only (never at the other breaks
+    str.splitlines knows: see LINE_BREAKS), and only the block after the summary's blank
+    line holds trailers: no summary text, however made, is ever read as one."""
     out = {}
     _summary, _, block = message.decode("utf-8", "replace").partition("\n\n")
     for line in block.split("\n"):
@@ -184,7 +184,7 @@ def json_or_none(value: Any) -> Any:
 
 
 # -- commit messages: what the saver writes, and what a thread from elsewhere is re-derived
-# against (gitstate/lgcheck.py), byte for byte ---------------------------------------------
+# against (gitstate/threads/check.py), byte for byte ---------------------------------------------
 
 def checkpoint_head(cid: str, parent: str | None, source: Any, step: Any,
                     run_id: str | None) -> list[str]:

@@ -1,5 +1,5 @@
 """Pending writes of LangGraph threads: records, the per-thread journal, and the blob that
-folds them into a checkpoint commit (gitstate/langgraph.py, docs/langgraph.md "Layout").
+folds them into a checkpoint commit (gitstate/langgraph/saver.py, docs/langgraph.md "Layout").
 
 A record is one pending write: ``<crc32> <header length> <body length>\\n``, the header
 (JSON: checkpoint, namespace, task id, task path, channel, index) and the body (the value,
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import safefile
-from .errors import StoreError
+from ..core.errors import StoreError
+from ..system import safefile
 
 JOURNAL_MAX_BYTES = 1 << 30
 FOLDED = "\0folded"  # the kind of a fold mark: the namespace's earlier records are committed

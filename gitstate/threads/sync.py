@@ -1,6 +1,6 @@
 """LangGraph threads to and from main's remote: ``push`` / ``pull`` / ``clone`` carry a
 thread's refs when asked (``--thread ID``, or ``--threads`` for all), as run ledgers travel
-(gitstate/runsync.py), and resume on the other side (docs/langgraph.md, "Threads travel").
+(gitstate/runs/sync.py), and resume on the other side (docs/langgraph.md, "Threads travel").
 
 A thread's ref only grows, so both ways are fast-forward only:
 
@@ -11,7 +11,7 @@ A thread's ref only grows, so both ways are fast-forward only:
   commit them first (the saver's ``commit_pending_writes``); push reports threads that
   still have some under ``pending``.
 * pull fetches the remote's thread refs into a quarantine and checks every new commit of
-  each asked-for thread with the one rule of foreign commits (gitstate/lgcheck.py) before
+  each asked-for thread with the one rule of foreign commits (gitstate/threads/check.py) before
   any of it is used; one thread that fails refuses the whole pull of threads, and no object
   of it enters the repository. A thread that diverged is reported and left as it is; one
   behind the local ref is left for push.
@@ -25,17 +25,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import layout, locking
-from .errors import InvalidInput, Refused
-from .lgcheck import check_thread, parse_ref
-from .lgformat import PREFIX, check_ids, digest
-from .lgjournal import Journal
+from ..core import layout
+from ..core.errors import InvalidInput, Refused
+from ..system import locking
+from .check import check_thread, parse_ref
+from .format import PREFIX, check_ids, digest
+from .journal import Journal
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
-    from .engine import WriteEngine
-    from .store import GitStore
+    from ..store import GitStore
+    from ..write.engine import WriteEngine
 
 TRACKING = layout.THREADS_TRACKING_PREFIX
 
@@ -152,7 +153,7 @@ def pull(store: GitStore, url: str, threads: Threads,
 
 def verify_pushed(store: GitStore, ref: str, old: str | None, new: str | None) -> list[str]:
     """The pre-receive check of one thread ref update: no deletion, no rewrite, every new
-    commit re-derived (gitstate/lgcheck.py)."""
+    commit re-derived (gitstate/threads/check.py)."""
     where = parse_ref(ref)
     if where is None:
         return [f"{ref[:200]!r}: [remote.ref_name] not a thread ref the saver writes "

@@ -15,9 +15,7 @@ import json
 import os
 import sys
 
-from . import clockbase
-from .config import Config, load_config, resolve_tz
-from .layout import (
+from ..core.layout import (
     BRANCH,
     SCHEMA_CACHE_FILE,
     SCHEMA_FILE,
@@ -27,17 +25,19 @@ from .layout import (
     STATE_MAX_BYTES,
     parse_stamp,
 )
-from .model import STATE_FILE, State
-from .render import fit, phase_lines, render, text_chars
-from .safefile import read_regular
-from .textsafe import dumps
-from .timebase import datetime
+from ..core.model import STATE_FILE, State
+from ..core.render import fit, phase_lines, render, text_chars
+from ..core.textsafe import dumps
+from ..core.timebase import datetime
+from ..system import clock as clockbase
+from ..system.config import Config, load_config, resolve_tz
+from ..system.safefile import read_regular
 
 TYPE_CHECKING = False  # not `from typing import`: typing costs ~3 ms per wake-up
 if TYPE_CHECKING:
     from typing import TypeGuard
 
-    from .errors import GitStateError
+    from ..core.errors import GitStateError
 
 try:  # the builtin module imports in microseconds; hashlib loads OpenSSL (~3 ms)
     from _sha1 import sha1  # type: ignore[import-not-found]
@@ -124,15 +124,15 @@ def _head_fast(state_dir: str | os.PathLike[str]
 
 def run_block(agent_dir: str | os.PathLike[str], run_id: str, *, locale: str,
               now: datetime, config: Config) -> tuple[str, str]:
-    """A run's ``<state>`` block (gitstate/runrender.py) for a wake-up that names a run
+    """A run's ``<state>`` block (gitstate/runs/render.py) for a wake-up that names a run
     (``--run`` or GITSTATE_RUN): from the cache the ledger writes beside the run's ref when
     the ref still names its commit, else through the store."""
     from pathlib import Path  # only here: the plain wake-up path must not import pathlib
 
-    from .ledger import cached
-    from .runformat import PREFIX
-    from .runrender import render_run
-    from .runs import check_run_id, next_action
+    from ..runs.format import PREFIX
+    from ..runs.ledger import cached
+    from ..runs.model import check_run_id, next_action
+    from ..runs.render import render_run
 
     check_run_id(run_id)
     git_dir = Path(agent_dir) / STATE_DIR / ".git"
@@ -143,7 +143,7 @@ def run_block(agent_dir: str | os.PathLike[str], run_id: str, *, locale: str,
         head = None
     run = cached(git_dir, run_id, head) if head else None
     if run is None or head is None:
-        from .repo import StateRepo
+        from ..api.repo import StateRepo
 
         with StateRepo(os.fspath(agent_dir), config=config) as repo:
             view = repo.runs.read(run_id)
@@ -180,7 +180,7 @@ def section_at_head(
     config = config or load_config(agent_dir)
     state_dir = os.path.join(agent_dir, STATE_DIR)
     if not os.path.isdir(os.path.join(state_dir, ".git")):
-        from .errors import NotInitialized
+        from ..core.errors import NotInitialized
 
         raise NotInitialized(f"{agent_dir} has no gitstate repository; run `gitstate init`")
     if not config.enabled:
@@ -189,7 +189,7 @@ def section_at_head(
     locale = locale or config.locale
     fast = _head_fast(state_dir)
     if fast is None:
-        from .repo import StateRepo  # the slow, exact path: read HEAD through dulwich
+        from ..api.repo import StateRepo  # the slow, exact path: read HEAD through dulwich
 
         with StateRepo(os.fspath(agent_dir), config=config) as repo:
             head = repo.head()
@@ -357,7 +357,7 @@ def parse_fast(args: list[str]) -> tuple[str, str, dict[str, str]] | None:
 def _ours(exc: Exception) -> TypeGuard[GitStateError]:
     """Whether ``exc`` is one of gitstate's errors. The error tree is imported here, when
     something went wrong, not on every wake-up (a raised one was imported by its raiser)."""
-    from .errors import GitStateError
+    from ..core.errors import GitStateError
 
     return isinstance(exc, GitStateError)
 
@@ -381,7 +381,7 @@ def run_fast(command: str, agent_dir: str, opts: dict[str, str]) -> int:
         config = config or load_config(agent_dir)
         moment = clockbase.read(os.path.join(agent_dir, STATE_DIR, ".git")).time
         if "now" in opts:  # a time without an offset is in the agent's zone
-            from .model import parse_given_time
+            from ..core.model import parse_given_time
 
             moment = parse_given_time(opts["now"], resolve_tz(config.timezone), "--now")
         locale = opts.get("locale") or config.locale
@@ -409,7 +409,7 @@ def run_fast(command: str, agent_dir: str, opts: dict[str, str]) -> int:
         event = opts.get("event") or hook_event_from_stdin(HOOK_EVENTS[opts["runtime"]])
     text = compose(text, block, opts.get("runtime", "render"), event)
     if command == "hook":
-        from .receipts import record
+        from ..history.receipts import record
 
         record(os.path.join(agent_dir, STATE_DIR, ".git"), text.encode(), now=moment,
                head=head, runtime=opts["runtime"], event=event, locale=locale,
@@ -429,8 +429,8 @@ def compose(section_text: str, block: str, runtime: str, event: str) -> str:
 def reproduce(agent_dir: str | os.PathLike[str], receipt: dict[str, object]) -> str:
     """The bytes a receipt's wake-up received, rendered again from its commit, moment,
     locale, zone, budget and run (``gitstate render --receipt``)."""
-    from .model import parse_time
-    from .repo import StateRepo
+    from ..api.repo import StateRepo
+    from ..core.model import parse_time
 
     moment = parse_time(str(receipt["time"]))
     locale = str(receipt["locale"])
@@ -446,8 +446,8 @@ def reproduce(agent_dir: str | os.PathLike[str], receipt: dict[str, object]) -> 
             text = fit(state, moment, locale, tz, extra, budget, *tools)[0] if budget else \
                 render(state, moment, locale, tz, extra, tools[0])
         if receipt["run_id"] and receipt["run_head"]:
-            from .runrender import render_run
-            from .runs import next_action
+            from ..runs.model import next_action
+            from ..runs.render import render_run
 
             view = repo.runs.read(str(receipt["run_id"]), str(receipt["run_head"]))
             run = {"goal": view.goal.to_dict(), "state": view.state}

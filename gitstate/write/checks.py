@@ -13,21 +13,21 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from . import rules, secretscan
-from .config import Config
-from .errors import (
+from ..core import rules, secretscan
+from ..core.errors import (
     CasMismatch,
     InjectionTooLarge,
     InvalidInput,
     KeyCapReached,
     SectionTooLarge,
 )
-from .model import Entry, State, Value, display_value, values_match
-from .redact import is_redacted
-from .render import section_chars, section_chars_bound, section_key_bytes
+from ..core.model import Entry, State, Value, display_value, values_match
+from ..core.render import section_chars, section_chars_bound, section_key_bytes
+from ..history.redact import is_redacted
+from ..system.config import Config
 
 if TYPE_CHECKING:
-    from .schema import Schema
+    from ..core.schema import Schema
 
 
 def whole_state(before: State, after: State, now: datetime, config: Config,

@@ -24,16 +24,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from ..core.errors import InvalidInput, Refused, StoreError, disk_full
+from ..core.layout import BRANCH, STATE_FILE
+from ..core.model import format_time
+from ..core.results import WriteResult
+from ..history.reader import StateReader
+from ..system.clock import reading_of
+from ..system.config import Config, resolve_tz
 from . import checks
-from .clockbase import reading_of
-from .config import Config, resolve_tz
-from .errors import InvalidInput, Refused, StoreError, disk_full
-from .layout import BRANCH, STATE_FILE
-from .model import format_time
 from .planners import Base, Plan
-from .reader import StateReader
 from .requests import find
-from .results import WriteResult
 
 Planner = Callable[[Base], Plan]
 
@@ -96,7 +96,7 @@ class WriteEngine:
     """The kernel lock serializes processes; this, the threads of one process."""
 
     def now(self) -> datetime:
-        """The time by the clock model (gitstate/clockbase.py): a wall reading that stepped
+        """The time by the clock model (gitstate/system/clock.py): a wall reading that stepped
         away from the repository's anchor is not believed."""
         return reading_of(self.clock).time
 
@@ -122,7 +122,7 @@ class WriteEngine:
               committer: Committer | None = None) -> WriteResult:
         """``attempt`` describes the write for the refusal journal (op, key, attempted and
         expected value, actor, reason, request id): a refusal by a rule is recorded there
-        once the lock is released (gitstate/refusals.py). ``committer``: this write's, over
+        once the lock is released (gitstate/history/refusals.py). ``committer``: this write's, over
         the engine's (a spend or a decision linearized through the remote whatever the
         sync mode)."""
         try:
@@ -145,7 +145,7 @@ class WriteEngine:
         return result
 
     def _journal(self, exc: Refused | InvalidInput, attempt: dict[str, Any]) -> None:
-        from . import refusals
+        from ..history import refusals
 
         store = self.reader.store
         key = attempt.get("key")
@@ -204,7 +204,7 @@ class WriteEngine:
 
     def base(self) -> Base:
         """The ref's commit, its state and schema, and the time a commit on it carries:
-        the clock model's time (gitstate/clockbase.py), or the parent's time when that is
+        the clock model's time (gitstate/system/clock.py), or the parent's time when that is
         later, so that commit times never decrease and ``--at`` always names one state. The
         raw wall clock goes in the ``Gitstate-Clock`` trailer whenever the commit is dated
         otherwise (it was behind the parent, or it stepped away from the anchor)."""

@@ -18,14 +18,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import safefile
-from .errors import Refused, disk_full
-from .layout import GC_FAILED_FILE, GC_LOG_FILE, PID_FILE
+from ..core.errors import Refused, disk_full
+from ..core.layout import GC_FAILED_FILE, GC_LOG_FILE, PID_FILE
+from ..system import safefile
 
 if TYPE_CHECKING:
-    from .config import Config
-    from .reader import StateReader
-    from .store import GitStore
+    from ..history.reader import StateReader
+    from ..store import GitStore
+    from ..system.config import Config
 
 STALE_SECONDS = 3600
 PACKS_BEFORE_GC = 32  # the inline folding leaves big packs alone; past this, a full repack

@@ -15,15 +15,15 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import faults, safefile
-from .errors import HistoryRewritten, InvalidInput, StoreError
-from .layout import HAND_EDITS_DIR, SCHEMA_CACHE_FILE, SCHEMA_FILE, STATE_FILE, TREE_FILES
+from ..core.errors import HistoryRewritten, InvalidInput, StoreError
+from ..core.layout import HAND_EDITS_DIR, SCHEMA_CACHE_FILE, SCHEMA_FILE, STATE_FILE, TREE_FILES
+from ..core.results import DiscardResult
+from ..core.schema import compiled_json
+from ..history.projection import record
+from ..history.reader import StateReader
+from ..store import atomic_write
+from ..system import faults, safefile
 from .planners import Base, Plan
-from .projection import record
-from .reader import StateReader
-from .results import DiscardResult
-from .schema import compiled_json
-from .store import atomic_write
 
 
 class MainTree:

@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
-from . import checks, rules
-from .errors import InvalidInput, Refused, did_you_mean
-from .layout import SCHEMA_FILE
-from .model import Entry, Handoff, State, Value, format_time
-from .results import WriteResult
-from .schema import APPROVAL_PREFIX, Schema
-from .trailers import Change
+from ..core import rules
+from ..core.errors import InvalidInput, Refused, did_you_mean
+from ..core.layout import SCHEMA_FILE
+from ..core.model import Entry, Handoff, State, Value, format_time
+from ..core.results import WriteResult
+from ..core.schema import APPROVAL_PREFIX, Schema
+from ..core.trailers import Change
+from . import checks
 
 
 class Unset(enum.Enum):
@@ -172,8 +173,8 @@ def _schema_secrets(text: str) -> None:
     """Every name and value of schema.yaml (descriptions, defaults, enum members) and
     every comment is scanned: they are committed like a value. Not the raw text, whose
     YAML (``token: {type: string}``) reads as an assignment."""
-    from . import secretscan
-    from .schema import load_yaml
+    from ..core import secretscan
+    from ..core.schema import load_yaml
 
     found = secretscan.find(load_yaml(text), "schema.yaml")
     if found is not None:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .errors import Refused
+from ..core.errors import Refused
+from ..core.trailers import encode_json
 from .planners import UNSET, Base, Expected, Plan, plan_set
-from .trailers import encode_json
 
 
 def check_evidence(run_state: dict[str, Any], evidence: str, run_id: str) -> None:

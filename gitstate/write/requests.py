@@ -9,11 +9,11 @@ import json
 from datetime import datetime
 from typing import Any
 
-from .errors import Refused
-from .model import State
-from .reader import StateReader
-from .results import WriteResult
-from .rules import check_request_id
+from ..core.errors import Refused
+from ..core.model import State
+from ..core.results import WriteResult
+from ..core.rules import check_request_id
+from ..history.reader import StateReader
 
 REQUEST_WINDOW = 1000  # how many recent commits a request id is remembered for
 

@@ -9,16 +9,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from . import rules
-from .config import Config
-from .errors import InvalidInput, Refused
-from .model import Entry, Handoff, State, format_time, parse_time
+from ..core import rules
+from ..core.errors import InvalidInput, Refused
+from ..core.model import Entry, Handoff, State, format_time, parse_time
+from ..core.results import Overridden, WriteResult
+from ..core.trailers import Change, NotAGitstateCommit, parse_message
+from ..system.config import Config
 from .planners import Base, Plan, reserved
-from .results import Overridden, WriteResult
-from .trailers import Change, NotAGitstateCommit, parse_message
 
 if TYPE_CHECKING:
-    from .store import CommitInfo
+    from ..store import CommitInfo
 
 
 def _same(a: Entry | None, b: Entry | None) -> bool:
