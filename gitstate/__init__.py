@@ -12,6 +12,9 @@ wake-up): each name is loaded on first use.
 from __future__ import annotations
 
 from .core.layout import VERSION
+from .moved import install as _install_moved
+
+_install_moved()  # old module paths (gitstate.repo ...) keep working, with a warning
 
 TYPE_CHECKING = False  # not `from typing import`: typing costs ~3 ms per wake-up
 

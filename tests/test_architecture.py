@@ -1,8 +1,10 @@
 """The package's shape, checked from its source with an AST walk (deferred and typing-only
-imports count): imports point one way, nobody takes another module's private names or
-reaches into another object's private members, and modules and classes stay readable.
+imports count): every module lives in one of the declared packages, a package imports only
+packages declared before it, imports between modules point one way, nobody takes another
+module's private names or reaches into another object's private members, and modules and
+classes stay readable.
 
-Run with ``-s`` to see the dependency graph, one layer per line (a module imports only
+Run with ``-s`` to see the package graph and the module layers (a module imports only
 modules on lines above it).
 """
 
@@ -16,6 +18,15 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "gitstate"
 MAX_MODULE_LINES = 510
 MAX_CLASS_LINES = 400
+
+# The packages, lowest first: a package imports only itself and packages before it
+# (docs/design.md, "The package map"; each package's __init__ says what it owns).
+PACKAGES = ("core", "system", "store", "history", "write", "approvals", "accept", "runs",
+            "threads", "remote", "api", "wakeup", "audit", "report", "langgraph", "mcp",
+            "hosts", "cli")
+# Modules of the root: the lazy public names, the command's entry point and the table of
+# old module paths. Nothing inside imports the root or an old path.
+ROOT_MODULES = {"gitstate", "gitstate.__main__", "gitstate.moved"}
 
 # Private members of third-party objects that have no public equivalent, each with why.
 THIRD_PARTY_PRIVATE = {
@@ -170,6 +181,65 @@ def test_dependency_graph_has_no_cycle(source: dict[str, ast.Module]) -> None:
     for n, layer in enumerate(layers(graph)):
         print(f"  {n:>2}: {' '.join(m.removeprefix('gitstate.') for m in layer)}")
     assert cycles(graph) == []
+
+
+def package_of(module: str) -> str | None:
+    """The declared package a module belongs to (None for the root's own modules)."""
+    if module in ROOT_MODULES:
+        return None
+    return module.split(".")[1]
+
+
+def package_problems(graph: dict[str, set[str]]) -> list[str]:
+    """A module outside every declared package, or an import of a package declared later."""
+    problems = []
+    for module, deps in sorted(graph.items()):
+        own = package_of(module)
+        if own is None:
+            continue
+        if own not in PACKAGES:
+            problems.append(f"{module}: not in a declared package")
+            continue
+        for dep in sorted(deps):
+            other = package_of(dep)
+            if other is not None and other in PACKAGES and \
+                    PACKAGES.index(other) > PACKAGES.index(own):
+                problems.append(f"{module} imports {dep}: {other} comes after {own}")
+    return problems
+
+
+def test_packages_import_only_the_packages_below_them(source: dict[str, ast.Module]) -> None:
+    graph, _ = imports(source)
+    uses: dict[str, set[str]] = {p: set() for p in PACKAGES}
+    for module, deps in graph.items():
+        own = package_of(module)
+        for dep in deps:
+            other = package_of(dep)
+            if own in uses and other is not None and other != own:
+                uses[own].add(other)
+    print("\npackage graph (lowest first; each imports only packages above it):")
+    for n, pkg in enumerate(PACKAGES):
+        below = " ".join(p for p in PACKAGES if p in uses[pkg])
+        print(f"  {n:>2}: {pkg:<10} <- {below or '(nothing of gitstate)'}")
+    assert package_problems(graph) == []
+
+
+def test_every_package_says_what_it_owns_and_may_import() -> None:
+    present = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
+    assert present == sorted(PACKAGES)
+    for pkg in PACKAGES:
+        doc = ast.get_docstring(ast.parse((PACKAGE / pkg / "__init__.py").read_text()))
+        assert doc and "May import:" in doc, pkg
+    roots = {module_name(p) for p in PACKAGE.glob("*.py")}
+    assert roots == ROOT_MODULES
+
+
+def test_the_package_checker_sees_what_it_forbids() -> None:
+    graph = {"gitstate.core.a": {"gitstate.write.b"}, "gitstate.write.b": {"gitstate.core.a"},
+             "gitstate.nowhere.c": set(), "gitstate.moved": set()}
+    assert package_problems(graph) == [
+        "gitstate.core.a imports gitstate.write.b: write comes after core",
+        "gitstate.nowhere.c: not in a declared package"]
 
 
 def test_nothing_imports_the_package_root(source: dict[str, ast.Module]) -> None:

@@ -200,3 +200,46 @@ def test_each_extra_installs_what_its_docs_import() -> None:
              for extra, reqs in extras.items()}
     assert {"langgraph", "langgraph-checkpoint"} <= names["langgraph"]
     assert "mcp" in names["mcp"]
+
+
+def test_old_module_paths_import_their_new_homes_with_a_warning() -> None:
+    """Every module path of the earlier flat layout still imports (gitstate/moved.py): the
+    very module of its new home, with a DeprecationWarning naming that home and pointing
+    at the importing line; a package that took an old module's name hands on its names."""
+    from gitstate.moved import FORWARDED, MOVED
+
+    code = f"""
+import importlib, warnings
+moved, forwarded = {MOVED!r}, {FORWARDED!r}
+for old, new in moved.items():
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(new) and module.__spec__.name == new, old
+    assert [str(w.message).split(";")[0] for w in seen] == [f"{{old}} has moved to {{new}}"], old
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    from gitstate.runs import next_action  # an old module's name, now a package
+    from gitstate.audit import fleet  # a submodule of that package: no warning
+from gitstate.runs.model import next_action as real
+assert next_action is real and fleet.__name__ == "gitstate.audit.fleet"
+assert {{str(w.message).split(";")[0] for w in seen}} == {{
+    "gitstate.runs.next_action has moved to gitstate.runs.model.next_action"}}
+assert all(w.filename == "<string>" for w in seen), [w.filename for w in seen]
+try:
+    from gitstate.audit import no_such_name
+except ImportError:
+    pass
+else:
+    raise AssertionError("a name the old module never had")
+print(len(moved) + len(forwarded))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=False)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) == len(MOVED) + len(FORWARDED) == 84
+    for old, new in MOVED.items():  # the table names only real homes, and no old file is left
+        assert (ROOT / (new.replace(".", "/") + ".py")).exists(), new
+        assert not (ROOT / (old.replace(".", "/") + ".py")).exists(), old
+    assert set(FORWARDED) == {"gitstate.audit", "gitstate.report", "gitstate.runs",
+                              "gitstate.approvals", "gitstate.langgraph"}

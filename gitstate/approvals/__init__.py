@@ -5,3 +5,10 @@ the facade's ``repo.approvals`` namespace is in api.
 
 May import: core, system, store, history, write.
 """
+
+
+def __getattr__(name: str) -> object:
+    """The names of the module this package replaced, with a DeprecationWarning."""
+    from ..moved import forward
+
+    return forward(__name__, name)

@@ -5,6 +5,8 @@ only when that command (or its ``--help``) runs, and command modules import the
 repository (dulwich) only inside their functions, so ``gitstate --help`` and each
 command's help load click and little else. There is one ``except GitStateError``, in
 :func:`main`: the one place where errors become exit codes (``context.EXIT_*``).
+
+May import: every package (it is the top one).
 """
 
 from __future__ import annotations

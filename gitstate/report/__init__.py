@@ -2,3 +2,10 @@
 
 May import: every package below it (core ... audit).
 """
+
+
+def __getattr__(name: str) -> object:
+    """The names of the module this package replaced, with a DeprecationWarning."""
+    from ..moved import forward
+
+    return forward(__name__, name)

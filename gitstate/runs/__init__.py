@@ -4,3 +4,10 @@ The facade's ``repo.runs`` namespace is in api.
 
 May import: core, system, store, history, write, approvals, accept.
 """
+
+
+def __getattr__(name: str) -> object:
+    """The names of the module this package replaced, with a DeprecationWarning."""
+    from ..moved import forward
+
+    return forward(__name__, name)

@@ -22,6 +22,8 @@ file the stamp names), which :meth:`GitStore.worktree_status` recognises as a le
 ``base`` opens the repository and holds the objects, refs and lock; ``worktree``,
 ``transport`` (fetch), ``pushes`` and ``packs`` add the working tree, remotes and packing on
 top of it.
+
+May import: core, system.
 """
 
 from __future__ import annotations
