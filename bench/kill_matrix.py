@@ -2,7 +2,7 @@
 every other, on one agent directory, then every acknowledged write looked for by git.
 
     python bench/kill_matrix.py --kills 400          # the full count (docs/reliability.md)
-    python bench/kill_matrix.py --kills 8 --json     # the suite's (tests/test_kill_matrix.py)
+    python bench/kill_matrix.py --kills 8 --json     # the suite's (tests/write/test_kill_matrix.py)
 
 One live writer per namespace (main, a run, a LangGraph thread, the refusal journal;
 tests/ns_workers.py) writes all along, one write every ``--interval`` seconds. Kill ``i``

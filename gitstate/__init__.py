@@ -1,6 +1,6 @@
 """gitstate: one authoritative, versioned table of an AI agent's rules and commitments.
 
-The public API is what ``__all__`` names (pinned by tests/test_public_api.py): the
+The public API is what ``__all__`` names (pinned by tests/project/test_public_api.py): the
 ``StateRepo`` facade, the result types every surface shares, the model's records, the
 error tree, the wake-up renderer ``section`` and the auditor's functions. Everything else
 (``gitstate.write.engine``, ``gitstate.store`` ...) is implementation and may change.

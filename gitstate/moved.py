@@ -7,7 +7,7 @@ the names in :data:`MOVED`, and only after the normal finders found no such file
 costs nothing on any other import. Five old modules share their name with a new package
 (``gitstate.audit``, ``report``, ``runs``, ``approvals``, ``langgraph``): those packages
 hand the old module's names on through :func:`forward` from their ``__getattr__``.
-Nothing inside gitstate imports an old path (tests/test_architecture.py).
+Nothing inside gitstate imports an old path (tests/project/test_architecture.py).
 """
 
 from __future__ import annotations

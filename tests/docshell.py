@@ -1,4 +1,4 @@
-"""A warm ``gitstate`` for the documentation's shell blocks (tests/test_docs.py).
+"""A warm ``gitstate`` for the documentation's shell blocks (tests/project/test_docs.py).
 
 The documents run about a hundred ``gitstate`` commands; a fresh interpreter importing
 gitstate, click and dulwich for each would take most of a minute. So one server process

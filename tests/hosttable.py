@@ -6,7 +6,7 @@ JUnit XML) and rewrites the table between its markers in docs/mcp.md from their 
 cell whose tests all passed shows its text, one with a failure shows FAILED and the test,
 one whose tests were skipped shows why. The environments are this interpreter's and, as in
 .ci/run, the SDK's 1.x line's (``.venv-mcp1``, or each ``--python PATH``): a test passes when
-it passed in one and failed in none (langchain-mcp-adapters runs only on the 1.x line). tests/test_host_table.py fails when the table in docs/mcp.md is
+it passed in one and failed in none (langchain-mcp-adapters runs only on the 1.x line). tests/hosts/test_host_table.py fails when the table in docs/mcp.md is
 not what a run in which every named test passes writes, and when a named test does not
 exist: the suite runs those tests too, so a green suite is the table's proof.
 
@@ -42,7 +42,7 @@ def _version(tree: str, package: str) -> str:
 @dataclass(frozen=True)
 class Cell:
     text: str
-    tests: tuple[str, ...]  # "file.py::test_name" under tests/
+    tests: tuple[str, ...]  # "folder/file.py::test_name" under tests/
 
 
 @dataclass
@@ -59,12 +59,12 @@ def _cells(tests: tuple[str, ...], **texts: str) -> dict[str, Cell]:
 
 HOSTS = "hosts"
 CLIENT = {"hooks inject": Cell("— (a client: no hooks)", ())}
-CLAUDE_TURN = ("test_hosts.py::test_claude_code_turn_injects_the_section_and_reads_the_refusal",)
-GEMINI_TURN = ("test_hosts.py::test_gemini_turn_injects_the_section_and_reads_the_refusal",)
-TS = ("test_mcp_clients.py::test_typescript_sdk_reads_every_refusal_and_success",
-      "test_mcp_clients.py::test_typescript_sdk_gets_input_errors_as_results")
-INSPECTOR = ("test_mcp_clients.py::test_inspector_reads_every_refusal_and_success",)
-PY_SDK = ("test_mcp.py::test_round_trips", "test_mcp.py::test_refusals_are_tool_errors_with_structure")
+CLAUDE_TURN = ("hosts/test_hosts.py::test_claude_code_turn_injects_the_section_and_reads_the_refusal",)
+GEMINI_TURN = ("hosts/test_hosts.py::test_gemini_turn_injects_the_section_and_reads_the_refusal",)
+TS = ("mcp/test_mcp_clients.py::test_typescript_sdk_reads_every_refusal_and_success",
+      "mcp/test_mcp_clients.py::test_typescript_sdk_gets_input_errors_as_results")
+INSPECTOR = ("mcp/test_mcp_clients.py::test_inspector_reads_every_refusal_and_success",)
+PY_SDK = ("mcp/test_mcp.py::test_round_trips", "mcp/test_mcp.py::test_refusals_are_tool_errors_with_structure")
 
 
 def rows() -> list[Row]:
@@ -78,9 +78,9 @@ def rows() -> list[Row]:
             "whole `claude -p` turn against a scripted Messages API: the hooks' section in "
             "the model's context, the refusal as Claude Code's tool result",
             {"connects": Cell("yes, once approved", (
-                "test_hosts.py::test_claude_code_connects_once_approved",
-                "test_install.py::test_claude_code_check_connected_in_a_fresh_home",
-                "test_http_guard.py::test_claude_code_over_http_with_and_without_the_header")),
+                "hosts/test_hosts.py::test_claude_code_connects_once_approved",
+                "hosts/test_install.py::test_claude_code_check_connected_in_a_fresh_home",
+                "system/test_http_guard.py::test_claude_code_over_http_with_and_without_the_header")),
              **_cells(CLAUDE_TURN, lists_tools="yes", calls="yes", refusals_readable="yes",
                       hooks_inject="yes (SessionStart, UserPromptSubmit)")}),
         Row(f"Gemini CLI {gemini}", "`gemini mcp list`: Disabled in an untrusted folder, "
@@ -89,50 +89,50 @@ def rows() -> list[Row]:
             "`<untrusted_context>`); it strips `$schema`, `additionalProperties` and defaults "
             "inside `anyOf` from tool schemas, and every rule is enforced server-side anyway",
             {"connects": Cell("yes, in a trusted folder", (
-                "test_hosts.py::test_gemini_connects_only_in_a_trusted_folder",
-                "test_install.py::test_gemini_check_says_to_trust_the_folder")),
+                "hosts/test_hosts.py::test_gemini_connects_only_in_a_trusted_folder",
+                "hosts/test_install.py::test_gemini_check_says_to_trust_the_folder")),
              **_cells(GEMINI_TURN, lists_tools="yes", calls="yes", refusals_readable="yes",
                       hooks_inject="yes (SessionStart, BeforeAgent)")}),
         Row(f"Codex CLI {codex}", "`codex mcp list` only parses config.toml (never starts "
             "the server); `codex app-server`'s `mcpServerStatus/list` starts it and reports "
             "the six tools and the server version; a turn needs the Responses API, not "
             "scripted here",
-            _cells(("test_hosts.py::test_codex_app_server_lists_the_tools",
-                    "test_install.py::test_codex_check_starts_the_server"),
+            _cells(("hosts/test_hosts.py::test_codex_app_server_lists_the_tools",
+                    "hosts/test_install.py::test_codex_check_starts_the_server"),
                    connects="yes", lists_tools="yes")),
         Row("Cursor", "no Cursor build runs here; `gitstate install cursor` writes "
-            "`.cursor/mcp.json` in Claude Code's shape (tests/test_install.py)", {}),
+            "`.cursor/mcp.json` in Claude Code's shape (tests/hosts/test_install.py)", {}),
         Row(f"MCP Inspector {_version('', '@modelcontextprotocol/inspector')} (CLI)",
             "every refusal rule and every tool's success through `--cli` (exit 5 = a tool "
             "error it read); `--strict` lint of the tool schemas",
             {**CLIENT, **_cells(INSPECTOR, connects="yes", calls="yes", refusals_readable="yes"),
              "lists tools": Cell("yes (`--strict` lint clean)", (
-                 "test_mcp_clients.py::test_inspector_strict_lint_accepts_the_tool_schemas",))}),
+                 "mcp/test_mcp_clients.py::test_inspector_strict_lint_accepts_the_tool_schemas",))}),
         Row(f"TypeScript SDK {_version('', '@modelcontextprotocol/sdk')} client",
             "through tests/js/mcp_client.mjs: `callTool` validates every structured result, "
             "error results included, over stdio and HTTP",
             {**CLIENT, **_cells(TS, lists_tools="yes", calls="yes", refusals_readable="yes"),
              "connects": Cell("yes (stdio, HTTP)", (
-                 *TS, "test_mcp_http.py::test_typescript_sdk_over_http"))}),
+                 *TS, "mcp/test_mcp_http.py::test_typescript_sdk_over_http"))}),
         Row("Python SDK client (1.x and 2.x lines)", "`ClientSession` over stdio "
             "(tests/mcpclient.py); CI runs the MCP tests on both lines",
             {**CLIENT, **_cells(PY_SDK, connects="yes (stdio)", lists_tools="yes",
                                 calls="yes", refusals_readable="yes (structured)")}),
         Row("fastmcp client", "raises `ToolError` on a refusal by default: its text is the "
             "refusal's; with `raise_on_error=False` the structured refusal too",
-            {**CLIENT, **_cells(("test_frameworks.py::test_fastmcp_client_raises_the_refusal_text",),
+            {**CLIENT, **_cells(("mcp/test_frameworks.py::test_fastmcp_client_raises_the_refusal_text",),
                    connects="yes", calls="yes", refusals_readable="yes (text)")}),
         Row("pydantic-ai", "a direct call's tool error raises ModelRetry; an agent's model "
             "gets the refusal as its retry prompt",
-            {**CLIENT, **_cells(("test_frameworks.py::test_pydantic_ai_direct_call_and_agent_run",),
+            {**CLIENT, **_cells(("mcp/test_frameworks.py::test_pydantic_ai_direct_call_and_agent_run",),
                    connects="yes", calls="yes", refusals_readable="yes (retry prompt)")}),
         Row("langchain-mcp-adapters (1.x line)", "a refused call is a ToolMessage of status "
             "error whose text is the refusal's (the structured artifact is dropped)",
-            {**CLIENT, **_cells(("test_frameworks.py::test_langchain_mcp_adapters_tool_message",),
+            {**CLIENT, **_cells(("mcp/test_frameworks.py::test_langchain_mcp_adapters_tool_message",),
                    connects="yes", calls="yes", refusals_readable="yes (text)")}),
         Row("OpenAI Agents SDK", "every tool converts to strict mode without fallback; the "
             "tool wrapper passes the refusal's text",
-            {**CLIENT, **_cells(("test_frameworks.py::test_openai_agents_strict_schemas_and_tool_text",),
+            {**CLIENT, **_cells(("mcp/test_frameworks.py::test_openai_agents_strict_schemas_and_tool_text",),
                    connects="yes", lists_tools="yes (strict)", calls="yes",
                    refusals_readable="yes (text)")}),
     ]
@@ -187,7 +187,7 @@ def run_tests(python: str) -> dict[str, Outcome]:
                        cwd=ROOT, check=False)
         outcomes: dict[str, Outcome] = {}
         for case in ET.parse(xml).getroot().iter("testcase"):
-            module = case.get("classname", "").rsplit(".", 1)[-1]
+            module = case.get("classname", "").removeprefix("tests.").replace(".", "/")
             name = case.get("name", "").split("[")[0]
             key = f"{module}.py::{name}"
             failure = case.find("failure")

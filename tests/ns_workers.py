@@ -12,7 +12,7 @@ the loop after the write in flight.
 With ``--pause POINT`` (a point of gitstate.system.faults, e.g. ``ref.locked``) the first write
 stops there, prints ``paused`` and goes on once a line arrives on stdin, then the process
 exits: a writer of that namespace alive inside its write, its kernel lock and its
-``<ref>.lock`` held. Used by tests/test_recovery.py and bench/kill_matrix.py; a new kind
+``<ref>.lock`` held. Used by tests/store/test_recovery.py and bench/kill_matrix.py; a new kind
 of writer (a push, a pull) is one more branch of :func:`_writer`.
 """
 

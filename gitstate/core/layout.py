@@ -133,7 +133,7 @@ EXCLUDE_FILE = "info/exclude"  # names the projection and temporary files (store
 # an appended log, a kept spare: refused, or removed and made afresh, unless a regular file
 # with one link) or "new" (O_EXCL). ``{run}`` and ``{digest}`` stand for a run id and a
 # thread's hash. Git's own files (objects, refs, packed-refs) are written by the store the
-# same way (a new file O_EXCL, then a rename). tests/test_planted_files.py plants a
+# same way (a new file O_EXCL, then a rename). tests/system/test_planted_files.py plants a
 # symlink, a FIFO and a hard link at each entry and runs the operation that writes it.
 _GIT = STATE_DIR + "/.git/"
 WRITTEN_FILES: dict[str, str] = {

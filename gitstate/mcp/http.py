@@ -197,7 +197,7 @@ def timed_protocol(seconds: float) -> type[asyncio.Protocol]:
     all arrived. Past it: 408 when some of the request came, and the connection closed.
     uvicorn alone waits for a stalled head or body forever (its keep-alive timer runs only
     between requests). Uses the protocol's public attributes (conn, cycle, transport,
-    loop) of uvicorn 0.3x-0.5x; tests/test_mcp_http_limits.py holds it to them."""
+    loop) of uvicorn 0.3x-0.5x; tests/mcp/test_mcp_http_limits.py holds it to them."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 

@@ -2,7 +2,7 @@
 docstring).
 
 ``commit`` is the hot path: the commit's objects are serialized here (packfmt, not dulwich's
-object classes, checked byte for byte against dulwich in tests/test_packfmt.py), the ref's
+object classes, checked byte for byte against dulwich in tests/store/test_packfmt.py), the ref's
 ``<ref>.lock`` is taken and compared first, then the pack, its index and the lock file's new
 id are flushed together (nothing orders them against each other: what must be durable
 before the ref names the commit is all three), the pack is named and its directory flushed,

@@ -111,7 +111,7 @@ def publish(staged: Staged, name: str, flush: Flush, phase: str = "pack") -> Non
     it), while an index alone is invisible to it and to every reader (git, dulwich and
     ``objheader`` see a pack once both names exist). Pack first, a repack that ran between
     the two renames deleted the pack whose index came next, and the ref then named a
-    commit no longer in the store (tests/test_maintenance.py)."""
+    commit no longer in the store (tests/write/test_maintenance.py)."""
     staged.close()
     (tmp_pack, _), (tmp_idx, _) = staged.files
     folder = staged.folder

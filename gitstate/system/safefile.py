@@ -22,7 +22,7 @@ refused too):
 - new files (:func:`create_new`): ``O_CREAT | O_EXCL``, which never follows a link.
 
 Nothing is ever chmod'ed by name: a mode is set on the descriptor gitstate created.
-``tests/test_architecture.py`` forbids every other write-open in the package. Standard
+``tests/project/test_architecture.py`` forbids every other write-open in the package. Standard
 library only: the wake-up path imports this module.
 """
 

@@ -30,7 +30,7 @@ from gitstate.write.maintenance import PID_FILE, maybe_start, run_gc, wait_idle
 from tests.forge import Forge
 from tests.helpers import Clock, assert_fsck_clean, commit_count, git
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cli(*args: str, agent: Path, timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -347,7 +347,7 @@ def test_state_model_refuses_shapes_it_does_not_know() -> None:
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_full_disk_during_rebuild_and_gc_is_a_clear_error(tmp_path: Path) -> None:
     """history --rebuild and gc on a full disk: a named error (exit 3), nothing lost."""
-    from tests.test_reliability import _tmpfs
+    from tests.write.test_reliability import _tmpfs
 
     mnt = tmp_path / "small"
     with _tmpfs(mnt, "2m"):

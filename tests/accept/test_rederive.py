@@ -33,7 +33,7 @@ from gitstate.runs.format import PREFIX, encode_run, message
 from tests.forge import Forge
 from tests.helpers import GIT, Clock, git, install_pre_receive, trust_remote
 from tests.hostile_git_server import served
-from tests.test_wire import Snapshot, _rule_of
+from tests.store.test_wire import Snapshot, _rule_of
 
 pytestmark = pytest.mark.skipif(GIT is None, reason="needs the git CLI for the remote")
 TRANSPORTS = ["path", "git", "http"]
@@ -75,7 +75,7 @@ class World:
         self.a.store.set_remote_url(str(self.bare))
         self.a.push()
         self.b = tmp_path / "b"
-        # who may claim a role is tests/test_trust.py's business: here B takes the claims
+        # who may claim a role is tests/accept/test_trust.py's business: here B takes the claims
         trust_remote(self.b)
         StateRepo.clone(str(self.bare), self.b).close()
 
@@ -677,7 +677,7 @@ def test_honest_decisions_and_their_run_event_pass_pull_and_the_hook(world: Worl
 def test_pull_refuses_a_journal_dated_ahead(world: World, transport: str) -> None:
     """A new journal whose one record is dated, and committed, a day ahead of the
     receiver's clock."""
-    from tests.test_refusals import _forge
+    from tests.history.test_refusals import _forge
 
     with StateRepo(world.b) as repo:
         repo.pull()
@@ -695,7 +695,7 @@ def test_pull_refuses_a_journal_dated_ahead(world: World, transport: str) -> Non
 
 
 def _journal_lie(w: World, **fields: Any) -> str:
-    from tests.test_refusals import _forge
+    from tests.history.test_refusals import _forge
 
     now = int(time.time())
     lie: dict[str, Any] = {}

@@ -16,7 +16,7 @@ from gitstate.api.repo import StateRepo
 from gitstate.core.errors import GitStateError
 from gitstate.runs.format import PREFIX
 from tests.helpers import GIT, SigningKeys, git, install_pre_receive
-from tests.test_wire import Snapshot, _rule_of
+from tests.store.test_wire import Snapshot, _rule_of
 
 pytestmark = pytest.mark.skipif(GIT is None or shutil.which("ssh-keygen") is None,
                                 reason="needs the git CLI and OpenSSH's ssh-keygen")

@@ -163,7 +163,7 @@ def test_the_agent_over_mcp_sees_but_never_decides(runtime: StateRepo) -> None:
     section; a working_state_set of it is refused."""
     import anyio
 
-    from tests.test_mcp import _call, connect
+    from tests.mcp.test_mcp import _call, connect
 
     approval = runtime.request_approval("refund", ARGS, "r")
 

@@ -25,7 +25,7 @@ from gitstate.core.errors import GitStateError, Refused
 from tests.helpers import GIT, free_port, git, run_cli, trust_remote
 from tests.hostile_git_server import git_daemon
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = """\
 version: 1
 unknown_keys: allow

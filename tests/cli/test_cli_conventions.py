@@ -17,7 +17,7 @@ import pytest
 from gitstate.api.repo import StateRepo
 from tests.helpers import run_cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CLI_DOC = ROOT / "docs" / "cli.md"
 BEGIN, END = "<!-- reference: generated from --help -->", "<!-- end of reference -->"
 
@@ -75,7 +75,7 @@ def test_the_docs_command_pages_match_the_help() -> None:
     text = CLI_DOC.read_text(encoding="utf-8")
     start, end = text.index(BEGIN), text.index(END) + len(END)
     assert text[start:end] == reference(), \
-        "docs/cli.md's reference differs from --help: run `python -m tests.test_cli_conventions`"
+        "docs/cli.md's reference differs from --help: run `python -m tests.cli.test_cli_conventions`"
 
 
 def test_every_command_that_prints_data_has_json() -> None:

@@ -15,7 +15,7 @@ import pytest
 from gitstate.cli import cli
 from tests.helpers import run_cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

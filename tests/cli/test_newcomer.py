@@ -19,7 +19,7 @@ import pytest
 
 from tests.helpers import run_cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _value(agent: Path, key: str) -> object:

@@ -17,7 +17,7 @@ from gitstate.wakeup.fastpath import section
 from tests.helpers import commit_count, run_cli
 
 CASES: list[dict[str, Any]] = json.loads(
-    (Path(__file__).parent / "corpus" / "hostile.json").read_text(encoding="utf-8"))
+    (Path(__file__).resolve().parents[1] / "corpus" / "hostile.json").read_text(encoding="utf-8"))
 WRITE_CASES = [c for c in CASES if c["op"] in ("set", "handoff")]
 
 

@@ -12,7 +12,7 @@ import pytest
 from gitstate.core.model import Entry, Handoff, State
 from gitstate.core.render import inline, render
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 TPE = ZoneInfo("Asia/Taipei")
 NOW = datetime(2026, 8, 13, 3, 3, tzinfo=UTC)  # 11:03 in Taipei
 

@@ -27,7 +27,7 @@ from gitstate.core.results import to_json
 from gitstate.core.trailers import parse_message
 from tests.helpers import GIT, assert_fsck_clean, run_cli
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
 # strings inside: printable, no line breaks or invisible characters (the scalar rules)
 TEXT = st.text(st.characters(codec="utf-8", categories=("L", "N", "P", "Zs"),

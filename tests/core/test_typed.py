@@ -16,7 +16,7 @@ from gitstate.core.results import to_json
 from gitstate.core.schema import SchemaError, dump_yaml, load_yaml, parse_schema
 from tests.helpers import Clock, commit_count, git, run_cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TRADING = (ROOT / "examples" / "schemas" / "trading.yaml").read_text(encoding="utf-8")
 REFUND = (ROOT / "examples" / "schemas" / "refund.yaml").read_text(encoding="utf-8")
 

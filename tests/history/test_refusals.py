@@ -23,7 +23,7 @@ from gitstate.history import refusals
 from gitstate.report.html import slug
 from tests.helpers import GIT, assert_fsck_clean, git, install_pre_receive, run_cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _refuse(repo: StateRepo, n: int = 1, reason: str = "patrol re-derived") -> None:

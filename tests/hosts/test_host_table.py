@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests import hosttable
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def test_every_named_test_exists() -> None:

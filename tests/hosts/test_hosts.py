@@ -21,7 +21,7 @@ import pytest
 from gitstate.api.repo import StateRepo
 from tests.helpers import npm_ci
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HOSTS = ROOT / "tests" / "js" / "hosts"
 pytest.importorskip("mcp")
 TOOLS = ("working_state_set", "working_state_clear", "working_state_handoff",

@@ -17,7 +17,7 @@ import pytest
 from gitstate.api.repo import StateRepo
 from tests.helpers import npm_ci, run_cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HOSTS = ROOT / "tests" / "js" / "hosts"
 PYTHON = os.path.abspath(sys.executable)
 

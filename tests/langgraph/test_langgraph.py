@@ -21,7 +21,7 @@ from langgraph.checkpoint.conformance import checkpointer_test, validate
 from gitstate.langgraph import PREFIX, GitCheckpointSaver, enc
 from tests.helpers import GIT, assert_fsck_clean, git
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_langgraph_conformance_suite_passes_every_capability(tmp_path: Path) -> None:

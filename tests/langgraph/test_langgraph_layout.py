@@ -29,7 +29,7 @@ from gitstate.threads.format import typed
 from gitstate.threads.journal import Journal
 from tests.helpers import GIT, assert_fsck_clean, git
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Loop(TypedDict):

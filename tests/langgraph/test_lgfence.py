@@ -24,7 +24,7 @@ from gitstate.core.errors import ThreadSuperseded
 from gitstate.langgraph import GitCheckpointSaver
 from tests.helpers import GIT, assert_fsck_clean, git
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONF: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
 
 

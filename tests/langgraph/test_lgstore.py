@@ -43,7 +43,7 @@ from gitstate.langgraph import GitCheckpointSaver, GitStateStore
 from gitstate.langgraph.store import escape, item_key, parse_item_key, unescape
 from tests.helpers import GIT, assert_fsck_clean, git
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ROOMY = ('[gitstate]\nmax_keys = 256\nmax_stored_keys = 512\nsection_max_bytes = 65536\n'
          'injection_max_chars = 1000000\n')
 

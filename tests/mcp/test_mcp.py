@@ -168,7 +168,7 @@ async def test_two_clients_race_with_expected_value(agent: Path) -> None:
 
 async def test_typed_state_over_mcp(agent: Path) -> None:
     """The set tool describes declared keys; the agent cannot set a runtime-owned key."""
-    schema = (Path(__file__).resolve().parent.parent / "examples" / "schemas" /
+    schema = (Path(__file__).resolve().parents[2] / "examples" / "schemas" /
               "trading.yaml").read_text()
     with StateRepo(agent) as repo:
         repo.set_schema(schema, "typed")
@@ -208,7 +208,7 @@ async def test_the_docs_name_every_tool(agent: Path) -> None:
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     async with connect(agent) as client:
         names = set(await client.list_tools())
     assert len(names) == 6

@@ -18,7 +18,7 @@ import pytest
 from gitstate.api.repo import StateRepo
 from tests.helpers import HttpServer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 JS = ROOT / "tests" / "js"
 pytest.importorskip("mcp")
 

@@ -27,7 +27,7 @@ from tests.mcpclient import Client
 # them as superseded by the 2026 revision, which is exactly what these tests exercise
 pytestmark = [pytest.mark.anyio,
               pytest.mark.filterwarnings("ignore:.*2026-07-28:UserWarning")]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -18,9 +18,9 @@ import pytest
 
 from gitstate.api.repo import StateRepo
 from tests.helpers import HttpServer, npm_ci
-from tests.test_mcp_clients import run_ts_client
+from tests.mcp.test_mcp_clients import run_ts_client
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFORMANCE = ROOT / "tests" / "js" / "conformance"
 TOKEN = "s3cret-token-for-tests-only"
 pytest.importorskip("mcp")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "gitstate"
+PACKAGE = Path(__file__).resolve().parents[2] / "gitstate"
 MAX_MODULE_LINES = 510
 MAX_CLASS_LINES = 400
 

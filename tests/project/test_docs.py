@@ -37,7 +37,7 @@ from sybil.parsers.markdown import CodeBlockParser, SkipParser
 
 from tests.docshell import client_script
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"),
                *(ROOT / "examples").glob("*.md")])
 RUN = {"python", "output", "console", "sh"}

@@ -15,7 +15,7 @@ from gitstate.api.repo import StateRepo
 from gitstate.remote.githooks import PRE_COMMIT
 from tests.helpers import git
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 

@@ -16,7 +16,7 @@ import pytest
 import gitstate
 from tests.helpers import run_cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 EXPORTED = [
     "ChangeRecord", "Check", "Config", "ConfigError", "CasMismatch", "DiscardResult", "Entry", "Expected",

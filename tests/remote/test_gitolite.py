@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.accept.test_trust import Pair, _decide
 from tests.helpers import GIT, free_port, git, write_pre_receive
-from tests.test_trust import Pair, _decide
 
 SSHD = Path("/usr/sbin/sshd")
 GITOLITE = shutil.which("gitolite")

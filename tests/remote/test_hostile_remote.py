@@ -21,7 +21,7 @@ from gitstate.wakeup.fastpath import section
 from tests.forge import MODE, Forge
 from tests.helpers import GIT, install_pre_receive
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(GIT is None, reason="needs the git CLI for bare repositories")
 
 

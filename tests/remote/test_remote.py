@@ -23,7 +23,7 @@ from gitstate.audit.fleet import fleet
 from gitstate.core.errors import CasMismatch, Refused, StoreError
 from tests.helpers import GIT, free_port, git, install_pre_receive, run_cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(GIT is None, reason="needs the git CLI for the servers")
 
 
@@ -293,7 +293,7 @@ def test_pre_receive_refuses_bad_pushes(tmp_path: Path) -> None:
         "Gitstate-Expires: none\nGitstate-Actor: x\nGitstate-Version: 1")
     hand = git(work, "push", "origin", "main")
     # (its trailers name one key: the 39 others are a change no operation made; a commit that
-    # replays exactly yet breaks the cap is in tests/test_hostile_remote.py)
+    # replays exactly yet breaks the cap is in tests/remote/test_hostile_remote.py)
     assert hand.returncode != 0 and "[replay.mismatch]" in hand.stderr
     assert "differs from what the trailers say" in hand.stderr
     remote_head = git(bare, "rev-parse", "main").stdout.strip()

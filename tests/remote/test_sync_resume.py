@@ -25,7 +25,7 @@ from tests.helpers import GIT, git, run_cli, trust_remote
 
 pytestmark = pytest.mark.skipif(GIT is None, reason="needs the git CLI for the remote")
 RUN = "refund-O-104"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bare(root: Path) -> Path:

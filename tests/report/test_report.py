@@ -26,7 +26,7 @@ from gitstate.report.build import write_report
 from gitstate.report.html import slug
 from tests.helpers import Clock, run_cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 

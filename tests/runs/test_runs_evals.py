@@ -24,7 +24,7 @@ from gitstate.runs.format import PREFIX
 from gitstate.runs.model import RunRefused
 from tests.helpers import GIT, Clock, git, run_cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = """version: 1
 unknown_keys: allow
 keys:

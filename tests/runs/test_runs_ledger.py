@@ -15,7 +15,7 @@ from gitstate.runs.format import PREFIX
 from gitstate.runs.model import RunRefused
 from tests.helpers import GIT, assert_fsck_clean, git
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _start(repo: StateRepo, run_id: str = "refund-O-104", risk: str = "high") -> None:

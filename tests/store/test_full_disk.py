@@ -1,4 +1,4 @@
-"""A full disk, for real (a small journaled ext4 image, tests/test_write_path.py's): every
+"""A full disk, for real (a small journaled ext4 image, tests/store/test_write_path.py's): every
 writer reports ``store.disk_full`` with its hint, leaves no temporary file a later run does
 not clean, and the refusal journal's backlog is counted truly and repaired."""
 
@@ -21,9 +21,9 @@ from gitstate.audit import views as audit
 from gitstate.core.errors import CasMismatch, StoreError
 from gitstate.core.layout import REFUSALS_FAILED_FILE, REFUSALS_LOCK_FILE
 from tests.helpers import assert_fsck_clean, git
-from tests.test_write_path import _mounted
+from tests.store.test_write_path import _mounted
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HINT = "free some disk space"
 # dulwich's GitFile.__del__ reports the failed close of an ENOSPC lock file; it is noise here.
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")

@@ -13,7 +13,7 @@ from gitstate.api.repo import StateRepo
 from gitstate.audit import views as audit
 from tests.helpers import GIT, assert_fsck_clean, git
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _gitstate(agent_dir: Path, *args: str) -> None:

@@ -15,7 +15,7 @@ from gitstate.audit import views as audit
 from tests.helpers import assert_fsck_clean, git
 from tests.ns_workers import JOURNAL_REFS, RUN_EVENTS, refs_to_search
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 pytest.importorskip("langgraph")
 
 

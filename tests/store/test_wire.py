@@ -33,7 +33,7 @@ from tests.hostile_git_server import HostileGitServer, git_daemon, served, smart
 
 pytestmark = pytest.mark.skipif(GIT is None, reason="needs the git CLI for the servers")
 TRANSPORTS = ["path", "git", "http"]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _git(repo: Path, *args: str, input: bytes | None = None) -> str:
@@ -620,7 +620,7 @@ def test_pull_refuses_a_rewritten_or_forged_journal(world: tuple[Path, Path], tr
                                                     attack: str) -> None:
     """A server replacing A's journal (that B already holds) by one well-formed root
     commit, or offering a record whose time is not a time: refused, nothing kept."""
-    from tests.test_refusals import _forge
+    from tests.history.test_refusals import _forge
 
     bare, b = world
     with StateRepo(b) as repo:

@@ -26,7 +26,7 @@ from gitstate.system.config import config_from_dict
 from gitstate.system.faults import COMMITTED, POINTS
 from tests.helpers import assert_fsck_clean, git
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 IMAGES = {"ext4": ("mkfs.ext4", ["-q", "-F"], "64M"), "xfs": ("mkfs.xfs", ["-q", "-f"], "320M")}
 
 
@@ -138,7 +138,7 @@ def test_killed_at_each_phase(agent: Path, point: str) -> None:
 def test_random_kills_lose_nothing(agent: Path) -> None:
     """50 SIGKILLs at random moments of back-to-back writes on each image: every
     acknowledged write is in the log, fsck --strict is clean, HEAD always holds a valid
-    state (the machine's disk: tests/test_concurrency.py kills 55+ times)."""
+    state (the machine's disk: tests/write/test_concurrency.py kills 55+ times)."""
     with StateRepo.init(agent):
         pass
     rng = random.Random(20261201)
@@ -259,7 +259,7 @@ def test_the_index_written_on_each_commit_is_git_s(tmp_path: Path) -> None:
     reader agrees byte for byte on every field."""
     from dulwich.index import Index, IndexEntry
 
-    schema = (Path(__file__).parent.parent / "examples" / "schemas" / "trading.yaml")
+    schema = (Path(__file__).resolve().parents[2] / "examples" / "schemas" / "trading.yaml")
     with StateRepo.init(tmp_path / "a") as repo:
         repo.set_schema(schema.read_text(encoding="utf-8"), "adopt the schema")
         repo.set("phase", "apply", "start")

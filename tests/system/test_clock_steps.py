@@ -34,7 +34,7 @@ unknown_keys: allow
 approvals:
   refund: {writers: [runtime], ttl_hours: 1}
 """
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cli(agent: Path, offset: str | None, *argv: str) -> subprocess.CompletedProcess[str]:

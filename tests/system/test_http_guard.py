@@ -21,7 +21,7 @@ import pytest
 from gitstate.api.repo import StateRepo
 from tests.helpers import HttpServer, npm_ci
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "s3cret-token-for-tests-only"
 SECRET_VALUE = "262.5-the-value-a-page-must-not-read"
 

@@ -19,7 +19,7 @@ import pytest
 from gitstate.core.errors import LockTimeout
 from gitstate.system import locking
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # a writer in a loop, reduced to its lock (a plain blocking flock, not the code under test)
 HOLDER = ROOT / "bench" / "lock_holder.py"

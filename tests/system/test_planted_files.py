@@ -27,7 +27,7 @@ from gitstate.system.safefile import NotRegular
 from gitstate.write import maintenance
 from tests.helpers import git
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VICTIM = b"\x7fELF precious bytes, never to change\n"
 RUN = "r1"
 THREAD = "t1"

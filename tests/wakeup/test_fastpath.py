@@ -35,7 +35,7 @@ def test_the_wake_up_path_imports_no_pathlib_typing_or_datetime_py(tmp_path: Pat
     (agent / "config.toml").write_text('[gitstate]\nlocale = "en"\n', encoding="utf-8")
     with StateRepo.init(agent) as repo:
         repo.set("k", 1, "r")
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     unwanted = {"pathlib", "typing", "dataclasses", "datetime", "tomllib"}
     run_cli("render", agent_dir=agent)  # the first wake-up after a config change parses it
     for args in (["render"], ["hook", "claude-code"], ["hook", "plain"]):

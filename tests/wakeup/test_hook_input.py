@@ -17,7 +17,7 @@ import pytest
 
 from gitstate.api.repo import StateRepo
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HOST_BUDGET_SECONDS = 3.0  # Claude Code's hooks get seconds (hooks/claude-code: 10)
 
 

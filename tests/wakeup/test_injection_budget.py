@@ -20,7 +20,7 @@ from gitstate.core.errors import InjectionTooLarge
 from gitstate.core.model import Entry, Handoff, State
 from gitstate.core.render import HEADER, section_chars, section_chars_bound, text_chars
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _hook(agent: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:

@@ -22,7 +22,7 @@ from gitstate.system.config import resolve_tz
 from gitstate.wakeup.fastpath import section
 from tests.helpers import assert_fsck_clean, git
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _worker(*args: str) -> subprocess.Popen[str]:

@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import assert_fsck_clean, git
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 pytest.importorskip("langgraph")
 
 

@@ -15,7 +15,7 @@ from gitstate.audit import views as audit
 from gitstate.write.maintenance import last_failure, run_gc, wait_idle
 from tests.helpers import assert_fsck_clean, git, run_cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _loose(state_dir: Path) -> int:

@@ -22,7 +22,7 @@ from gitstate.system.faults import COMMITTED, POINTS
 from gitstate.wakeup.fastpath import section
 from tests.helpers import Clock, assert_fsck_clean, commit_count, git
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOAD_SECONDS = float(os.environ.get("GITSTATE_LOAD_SECONDS", "12"))
 
 
