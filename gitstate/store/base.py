@@ -246,8 +246,9 @@ class RepoBase:
 
     def sweep_stale_locks(self) -> list[Path]:
         """Remove what a killed main writer left (main's lock held): main's own lock and
-        temporary files only (``recovery``), dead processes' pack files, free quarantines."""
-        removed = self.sweep_quarantines()
+        temporary files, shared files' abandoned ones (``recovery``), dead processes' pack
+        files, free quarantines."""
+        removed = self.sweep_quarantines() + recovery.sweep_shared(self.git_dir)
         removed += recovery.sweep_main(self.git_dir, self.path)
         return removed + packwrite.sweep(self.git_dir / "objects" / "pack")
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from ..core.errors import LockTimeout, StoreError, disk_full
 from ..core.layout import REPACK_LOCK_FILE
 from ..system import gitcli, locking, safefile
-from . import packwrite
+from . import packwrite, recovery
 from .base import RepoBase
 
 FOLD_CHECK_EVERY = 4  # writes per look at the pack directory (see PackOps.consolidate)
@@ -76,9 +76,11 @@ class PackOps(RepoBase):
         no ref reached when the repack began is kept loose (``-A``).
         Refs are never packed or touched here (``git pack-refs`` locks the branch ref, which
         a writer would take for a stale lock). Unreachable loose objects (left by killed writes)
-        are pruned once older than ``prune_hours``.
+        are pruned once older than ``prune_hours``. Abandoned temporaries of files any
+        process replaces (``recovery.sweep_shared``) are removed first.
         """
         with self.folding_paused(timeout=600):
+            recovery.sweep_shared(self.git_dir)  # a killed index compaction's temporaries
             return self._gc(prune_hours)
 
     def _gc(self, prune_hours: float) -> dict[str, int]:

@@ -15,6 +15,12 @@ files only main's writes replace (in the state directory, and ``index`` and the 
 under .git), and loose-object locks (gitstate writes objects as packs only: a ``<sha>.lock``
 in the object store is a dead dulwich's). Temporary pack files carry their writer's pid and
 are removed once that process is gone (``packwrite.sweep``), whoever finds them.
+
+Files that any process replaces without holding one lock (the checkpoint index of LangGraph
+threads, which every saver compacts) leave temporary files that no lock can vouch dead:
+those (``SHARED_TEMPS``) are removed once a minute old (a replacement takes milliseconds),
+by main's crash sweep and by every gc, which a checkpointer starts by itself as its packs
+grow (``sweep_shared``).
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ from ..core import layout
 
 # the files under .git that only main's writes replace (their ``.<name>.*.tmp``)
 _MAIN_TEMPS = ("index", layout.SCHEMA_CACHE_FILE, layout.STAMP_FILE)
+# the files under .git that any process replaces, with no lock held (their temporaries)
+SHARED_TEMPS = (layout.THREAD_INDEX_FILE,)
+SHARED_TEMP_SECONDS = 60  # older than this, a shared file's temporary was abandoned
 
 
 def main_leftovers(git_dir: Path, state_dir: Path) -> list[Path]:
@@ -54,6 +63,32 @@ def sweep_main(git_dir: Path, state_dir: Path) -> list[Path]:
     """Remove :func:`main_leftovers` (main's kernel lock held); the paths removed."""
     removed = []
     for path in main_leftovers(git_dir, state_dir):
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+def shared_leftovers(git_dir: Path) -> list[Path]:
+    """The temporary files of :data:`SHARED_TEMPS` (``.<name>.<random>.tmp``) untouched for
+    ``SHARED_TEMP_SECONDS``: a killed replacement's (no lock needed to call this)."""
+    import time
+
+    found = []
+    prefixes = tuple(f".{name}." for name in SHARED_TEMPS)
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(git_dir):
+            if name.startswith(prefixes) and name.endswith(".tmp"):
+                with contextlib.suppress(FileNotFoundError):
+                    if time.time() - os.lstat(git_dir / name).st_mtime > SHARED_TEMP_SECONDS:
+                        found.append(git_dir / name)
+    return found
+
+
+def sweep_shared(git_dir: Path) -> list[Path]:
+    """Remove :func:`shared_leftovers`; the paths removed."""
+    removed = []
+    for path in shared_leftovers(git_dir):
         with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             path.unlink()
             removed.append(path)

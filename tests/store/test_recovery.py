@@ -4,8 +4,10 @@ writer's kernel lock only (gitstate/store/recovery.py); real processes, real kil
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -151,3 +153,80 @@ def test_a_ref_deletion_replaces_its_own_stale_lock_and_never_a_shared_one(
 def _init(agent: Path) -> Path:
     StateRepo.init(agent).close()
     return agent
+
+
+_COMPACTOR = """
+import sys
+from pathlib import Path
+from gitstate.langgraph.index import CheckpointIndex, Entry, RefEntries
+index = CheckpointIndex(Path(sys.argv[1]))
+for i in range(60000):
+    r = RefEntries(f"t{i}", "", "%040x" % i)
+    r.add([Entry("c" * 36, "%040x" % i, None, None, {"step": i, "pad": "x" * 200})])
+    index.refs[f"refs/gitstate/threads/t{i}/%/checkpoints"] = r
+print("ready", flush=True)
+while True:
+    index._compact()
+    index.refs = dict(index.refs)  # compact again, whatever refresh read
+"""
+
+
+def _killed_compaction(git_dir: Path) -> list[Path]:
+    """SIGKILL a process compacting the checkpoint index while its temporary file exists;
+    the temporaries it left."""
+    index = git_dir / "gitstate-threads.idx"
+    for _attempt in range(20):
+        child = subprocess.Popen([sys.executable, "-c", _COMPACTOR, str(index)], cwd=ROOT,
+                                 stdout=subprocess.PIPE, text=True)
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if any(n.startswith(".gitstate-threads.idx.") for n in os.listdir(git_dir)):
+                child.send_signal(signal.SIGKILL)
+                break
+        child.wait(timeout=30)
+        assert child.returncode == -signal.SIGKILL
+        left = sorted(git_dir.glob(".gitstate-threads.idx.*.tmp"))
+        if left:
+            return left
+    raise AssertionError("no kill landed inside a compaction in 20 attempts")
+
+
+def test_a_killed_index_compaction_leaves_no_temporary_for_good(tmp_path: Path) -> None:
+    """A saver killed while it rewrites the checkpoint index leaves its temporary file;
+    the next gc (`gitstate gc`, or the maintenance a checkpointer starts) removes it once it
+    is a minute old (a younger one may be a live compaction's and is kept), and so does
+    main's crash sweep; the threads read as before."""
+    from gitstate.langgraph import GitCheckpointSaver
+    from tests.helpers import run_cli
+    from tests.lg_graph import build
+
+    agent = tmp_path / "agent"
+    with GitCheckpointSaver(agent) as saver:
+        build(saver).invoke({"order": "O-1", "log": []},
+                            {"configurable": {"thread_id": "after-the-kill"}})
+    git_dir = agent / "state" / ".git"
+    (git_dir / "gitstate-threads.idx").rename(tmp_path / "idx")
+    left = _killed_compaction(git_dir)
+    (tmp_path / "idx").rename(git_dir / "gitstate-threads.idx")  # its own, not the fake one
+    fresh = git_dir / ".gitstate-threads.idx.0123456789abcdef.tmp"
+    fresh.write_bytes(b"a live compaction's")
+    old = time.time() - 120
+    for path in left:
+        os.utime(path, (old, old))
+    done = run_cli("gc", agent_dir=agent)
+    assert done.returncode == 0, done.stderr
+    assert not any(p.exists() for p in left), left
+    assert fresh.exists()
+    os.utime(fresh, (old, old))
+    with StateRepo(agent) as repo:
+        assert fresh in repo.store.sweep_stale_locks()
+    assert not fresh.exists()
+    with GitCheckpointSaver(agent) as saver:
+        found = saver.get_tuple({"configurable": {"thread_id": "after-the-kill"}})
+        assert found is not None and found.checkpoint["channel_values"]["log"] == [
+            "looked up"]
+    assert git(agent / "state", "for-each-ref", "--format=%(refname)",
+               "refs/gitstate/threads/").stdout.split() == [
+        "refs/gitstate/threads/after-the-kill/%/checkpoints"]
+    assert_fsck_clean(agent / "state")
