@@ -7,6 +7,7 @@ repository: a clone has its own key, so a value redacted in one repository does 
 equal in another unless the key file is copied to it (docs/security.md). Without the key, a
 guessable value (a PIN, a short password) cannot be recovered from the history by trying
 candidates; with it, it can, which is why the key stays out of every push.
+The checkpointer's fence signs its claim records with the same key (gitstate/langgraph/fence.py).
 
 A redacted value is the string ``redacted:hmac-sha256:<64 hex>``; the section and every text
 view show it as ``[redacted]``. Values are hashed in their comparison form (``262`` and

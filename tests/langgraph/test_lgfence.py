@@ -204,3 +204,85 @@ def test_a_second_process_resuming_an_interrupted_graph_supersedes_the_first(
                                                               "paid"]
         assert not any("deny" in str(t.checkpoint["channel_values"])
                        for t in saver.list({"configurable": {"thread_id": "t"}}))
+
+
+@pytest.mark.parametrize("edit", ["forged", "unsigned", "restored"])
+def test_a_hand_edited_claim_gives_the_thread_to_no_one(tmp_path: Path, edit: str) -> None:
+    """Two real processes: A writes, is stopped (SIGSTOP), B resumes the thread and writes;
+    then the claim record is edited by hand to name A again — a record made up with A's
+    owner and a higher number (a wrong signature, or none), or A's own earlier record
+    restored byte for byte. A continues (SIGCONT) and its next put
+    is refused: nothing A attempted after the takeover is in the thread (git rev-list
+    counts), and a new writer claims the thread and writes."""
+    agent = tmp_path / "agent"
+    GitCheckpointSaver(agent).close()
+    lock = GitCheckpointSaver(agent)
+    path = lock._lock_path("t")
+    lock.close()
+    first = _writer(agent, "A", 20, 0.5)
+    try:
+        before = _lines(first, "idle")
+        os.kill(first.pid, signal.SIGSTOP)
+        a_record = path.read_bytes()
+        a = json.loads(a_record)
+        second = _writer(agent, "B", 2, 0)
+        out, err = second.communicate(timeout=120)
+        assert second.returncode == 0, err[-2000:]
+        b_ids = [line["id"] for line in map(json.loads, out.splitlines()) if "put" in line]
+        b = json.loads(path.read_bytes())
+        assert b["owner"] != a["owner"] and b["claim"] == a["claim"] + 1
+        if edit == "restored":
+            path.write_bytes(a_record)
+        else:
+            forged = {**a, "claim": b["claim"] + 1}
+            if edit == "forged":
+                forged["mac"] = "0" * 64
+            else:
+                del forged["mac"]
+            path.write_bytes(json.dumps(forged).encode() + b"\n")
+        os.kill(first.pid, signal.SIGCONT)
+        rest = _lines(first, "refused")
+        first.wait(timeout=60)
+    finally:
+        if first.poll() is None:
+            os.kill(first.pid, signal.SIGCONT)
+            first.kill()
+    refused = rest[-1]
+    assert refused["refused"] == "thread.superseded", refused
+    assert not any("put" in line for line in rest)
+    a_ids = [line["id"] for line in before if "put" in line]
+    ref = "refs/gitstate/threads/t/%/checkpoints"
+    if GIT is not None:
+        assert git(agent / "state", "rev-list", "--count", ref).stdout.strip() == \
+            str(len(a_ids) + len(b_ids))
+    third = _writer(agent, "C", 1, 0)
+    out, err = third.communicate(timeout=120)
+    assert third.returncode == 0 and '"done"' in out, err[-2000:]
+    with GitCheckpointSaver(agent) as saver:
+        holder = saver.fence.holder("t")
+        assert holder is not None and holder["owner"] not in (a["owner"], b["owner"])
+        latest = saver.get_tuple(CONF)
+        assert latest is not None and latest.checkpoint["channel_values"]["k"] == "C-0"
+        assert refused["id"] not in [t.config["configurable"]["checkpoint_id"]
+                                     for t in saver.list(CONF)]
+    if GIT is not None:
+        assert git(agent / "state", "rev-list", "--count", ref).stdout.strip() == \
+            str(len(a_ids) + len(b_ids) + 1)
+        assert_fsck_clean(agent / "state")
+
+
+def test_a_claim_copied_from_another_thread_names_no_one(tmp_path: Path) -> None:
+    """A record is signed for its thread: x's valid claim of thread t2 copied over t's
+    record does not give t back to x (the signature covers the thread id)."""
+    agent = tmp_path / "agent"
+    with GitCheckpointSaver(agent, owner="x") as x, GitCheckpointSaver(agent, owner="y") as y:
+        mine = _put(x, "x-1")
+        x.claim("t2")
+        theirs = _put(y, "y-1", mine)
+        x._lock_path("t").write_bytes(x._lock_path("t2").read_bytes())
+        with pytest.raises(ThreadSuperseded) as refused:
+            _put(x, "x-2", mine)
+        assert "names no one" in refused.value.message
+        assert _head(y) is not None and [t.checkpoint["channel_values"]["k"]
+                                         for t in y.list(CONF)] == ["y-1", "x-1"]
+        assert y.get_tuple(CONF).config["configurable"]["checkpoint_id"] == theirs  # type: ignore[union-attr]
