@@ -13,7 +13,9 @@ Names are escaped into the key alphabet (``[a-z0-9-]`` kept; an upper-case lette
 ``_`` + the letter in lower case, ``_`` is ``__``, any other character ``_`` + its UTF-8
 bytes as three decimal digits each, an empty key ``_``), so no two items share a key,
 namespaces that differ only in case never look alike to the key rules, and a label can
-never address another namespace. docs/langgraph.md, "Long-term memory", has the rest.
+never address another namespace. A name UTF-8 cannot encode (a lone surrogate) is refused
+at put (``key.encoding``), and a key the table refuses as a look-alike of another item's
+(``key.confusable``) names both items. docs/langgraph.md, "Long-term memory", has the rest.
 """
 
 from __future__ import annotations
@@ -137,6 +139,21 @@ def shown(text: str) -> str:
     quoted = json.dumps(text, ensure_ascii=False)
     return "".join(ch if ch.isprintable() and unicodedata.category(ch) != "Cf"
                    else f"\\u{ord(ch):04x}" for ch in quoted)
+
+
+def _twin(exc: InvalidInput, namespace: Namespace, key: str,
+          other: tuple[Namespace, str]) -> InvalidInput:
+    """The key table's refusal of a look-alike key in the Store's terms (items, rule)."""
+    how = ("differs only in case from" if exc.rule == "key.case" else
+           "looks like (confusable characters such as 0/O, 1/l/I, rn/m)")
+    return InvalidInput(
+        f"item {shown(key)} in namespace {shown('/'.join(namespace))} was refused (rule "
+        f"{exc.rule}): its key {exc.details.get('key')!r} {how} the key "
+        f"{exc.details.get('existing')!r} of the existing item {shown(other[1])} in "
+        f"namespace {shown('/'.join(other[0]))}; the key table refuses keys a reader could "
+        "take for one another: use the existing item or a clearly different key",
+        rule=exc.rule, key=exc.details.get("key"), existing=exc.details.get("existing"),
+        item=[*namespace, key], existing_item=[*other[0], other[1]])
 
 
 class GitStateStore(BaseStore):
@@ -310,6 +327,15 @@ class GitStateStore(BaseStore):
     def _write(self, op: PutOp) -> None:
         namespace, key = tuple(op.namespace), str(op.key)
         name = self.key_of(namespace, key)
+        try:
+            self._set_or_clear(op, namespace, key, name)
+        except InvalidInput as exc:
+            other = parse_item_key(str(exc.details.get("existing")), self.prefix)
+            if exc.rule not in ("key.confusable", "key.case") or other is None:
+                raise
+            raise _twin(exc, namespace, key, other) from None
+
+    def _set_or_clear(self, op: PutOp, namespace: Namespace, key: str, name: str) -> None:
         if op.value is None:
             if name not in self.repo.state().keys:
                 return  # deleting what is not there: nothing to record
@@ -319,6 +345,11 @@ class GitStateStore(BaseStore):
                 if exc.rule != "clear.absent":  # another writer deleted it first
                     raise
             return
+        if any("\ud800" <= ch <= "\udfff" for label in (*namespace, key) for ch in label):
+            raise InvalidInput(  # it escapes into a key, which never decodes back
+                f"the item {shown(key)} in namespace {shown('/'.join(namespace))} has a name "
+                "holding a lone surrogate, which UTF-8 cannot encode: it could be written but "
+                "never read back; nothing was written", rule="key.encoding")
         ttl = op.ttl if not isinstance(op.ttl, NotProvided) else None
         self.repo.set(name, dict(op.value), self._reason_for("put", namespace, key),
                       ttl_hours=None if ttl is None else ttl / 60)

@@ -648,6 +648,47 @@ def test_the_key_tables_rules_and_caps_apply_to_items(tmp_path: Path) -> None:
         assert s.get(("memories",), "token") is None
 
 
+def test_a_look_alike_item_is_refused_naming_the_items_and_the_rule(
+        store: GitStateStore) -> None:
+    """The key table refuses keys that look alike (key.confusable); the Store says so in
+    its own terms: both items, their namespaces and the rule, not only the escaped keys."""
+    store.put(("memories", "u1"), "model", {"v": 262})
+    store.put(("memories", "u1"), "a0", {"v": 1})
+    for key in ("rnodel", "ao"):
+        with pytest.raises(InvalidInput) as twin:
+            store.put(("memories", "u1"), key, {"v": 0})
+        assert twin.value.rule == "key.confusable"
+        text = twin.value.message
+        assert f'item "{key}" in namespace "memories/u1"' in text
+        assert "rule key.confusable" in text and "the existing item" in text
+        assert twin.value.details["item"] == ["memories", "u1", key]
+    assert twin.value.details["existing_item"] == ["memories", "u1", "a0"]
+    assert sorted(i.key for i in store.search(("memories",))) == ["a0", "model"]
+    if GIT is not None:  # nothing of the refused puts reached git
+        log = git(store.repo.state_dir, "log", "--format=%B", "main").stdout
+        assert "u1.rnodel" not in log and "u1.ao" not in log
+
+
+@pytest.mark.parametrize("where", ["key", "namespace"])
+def test_a_name_with_a_lone_surrogate_is_refused_at_put(store: GitStateStore,
+                                                        where: str) -> None:
+    """A lone surrogate in a key or a namespace label escapes into the key alphabet but
+    never decodes back: such an item was written and then unreadable (get None, search and
+    list_namespaces without it). It is refused at put, naming the rule."""
+    namespace, key = (("m",), "k\ud800") if where == "key" else (("m\udc00",), "k")
+    before = store.repo.head()
+    with pytest.raises(InvalidInput) as refused:
+        store.put(namespace, key, {"v": 1})
+    assert refused.value.rule == "key.encoding"
+    assert "lone surrogate" in refused.value.message and "never read back" in \
+        refused.value.message
+    assert store.repo.head() == before
+    assert store.search(()) == [] and store.list_namespaces() == []
+    store.put(("m",), "k\u00e9", {"v": 2})  # any character UTF-8 encodes round-trips
+    found = store.get(("m",), "k\u00e9")
+    assert found is not None and found.value == {"v": 2}
+
+
 def test_a_schema_declares_the_items_like_any_key(store: GitStateStore) -> None:
     store.repo.set_schema('version: 1\nkeys:\n  "store.memories.*":\n    type: object\n'
                           '    fields: {fact: {type: string}}\n    ttl_hours: 24\n',
