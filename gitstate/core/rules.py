@@ -7,6 +7,7 @@ The limits are documented in docs/design.md ("Input limits").
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
@@ -105,36 +106,60 @@ def _check_text(text: str, what: str, *, allow_newlines: bool) -> None:
         previous, run = ch, 0
 
 
+def check_line(text: str, what: str, rule: str) -> None:
+    """The text rule of reasons and values (:func:`_check_text`) for a one-line name that is
+    not a key (a LangGraph thread id or namespace): refused under ``rule``."""
+    try:
+        _check_text(text, what, allow_newlines=False)
+    except InvalidInput as exc:
+        raise InvalidInput(exc.message, rule=rule) from None
+
+
 # Unicode TS #39 confusables whose source is in the key alphabet (ASCII letters, digits,
 # '.', '_', '-'), as skeleton rules: "0" looks like "O", "1" and "I" like "l", and "m",
 # "d", "w" like "rn", "cl", "vv". Keys are compared after case folding too (case twins).
 _CONFUSABLE_CHARS = str.maketrans({"0": "o", "1": "l", "I": "l", "|": "l"})
 _CONFUSABLE_SEQUENCES = (("m", "rn"), ("d", "cl"), ("w", "vv"))
+# For names beyond the key alphabet (thread ids): after NFKC (full-width and mathematical
+# letters, odd spaces), TS #39's Cyrillic and Greek letters that are drawn as Latin ones.
+_HOMOGLYPHS = str.maketrans(
+    "\u0430\u0432\u0435\u043e\u0440\u0441\u0443\u0445\u0455\u0456\u0458\u0501\u04bb\u051b"
+    "\u051d\u04cf\u0410\u0412\u0415\u041a\u041c\u041d\u041e\u0420\u0421\u0422\u0425\u0423"
+    "\u0405\u0406\u0408\u03b1\u03bf\u03c1\u03bd\u03b9\u03ba\u03c5\u03c7\u0391\u0392\u0395"
+    "\u0396\u0397\u0399\u039a\u039c\u039d\u039f\u03a1\u03a4\u03a5\u03a7",
+    "aBeopcyxsijdhqwlABEKMHOPCTXYSIJaopvikuxABEZHIKMNOPTYX")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def skeleton(key: str) -> str:
     """The confusable skeleton of a key: two keys with one skeleton look alike."""
+    if not key.isascii():
+        key = unicodedata.normalize("NFKC", key).translate(_HOMOGLYPHS)
     text = key.translate(_CONFUSABLE_CHARS).lower()
     for single, double in _CONFUSABLE_SEQUENCES:
         text = text.replace(single, double)
     return text
 
 
-def check_twin(key: str, existing: Iterable[str]) -> None:
+def check_twin(key: str, existing: Iterable[str], what: str = "key") -> None:
     """A new key must not differ from an existing one only in case or by look-alike
-    characters (``stop_Ioss.2317`` beside ``stop_loss.2317``)."""
-    folded, shape = key.lower(), skeleton(key)
+    characters (``stop_Ioss.2317`` beside ``stop_loss.2317``). ``what``: the kind of name
+    (``thread``: a LangGraph thread id), which names the rules (``<what>.case``,
+    ``<what>.confusable``)."""
+    noun = "key" if what == "key" else f"{what} id"
+    folded, shape = key.casefold(), skeleton(key)
     for other in existing:
         if other == key:
             continue
-        if other.lower() == folded:
-            raise InvalidInput(f"key {key!r} differs from existing key {other!r} only in "
-                               "case; use the existing key", rule="key.case", key=key,
-                               existing=other)
+        if other.casefold() == folded:
+            raise InvalidInput(f"{noun} {key!r} differs from existing {noun} {other!r} only "
+                               f"in case; use the existing {noun}", rule=f"{what}.case",
+                               key=key, existing=other)
         if skeleton(other) == shape:
-            raise InvalidInput(f"key {key!r} looks like existing key {other!r} (confusable "
-                               "characters such as 0/O, 1/l/I, rn/m); use the existing key or "
-                               "a clearly different name", rule="key.confusable", key=key,
+            raise InvalidInput(f"{noun} {key!r} looks like existing {noun} {other!r} "
+                               "(confusable characters such as 0/O, 1/l/I, rn/m, a Cyrillic "
+                               f"or Greek letter for a Latin one); use the existing {noun} or a "
+                               "clearly different name", rule=f"{what}.confusable", key=key,
                                existing=other)
 
 

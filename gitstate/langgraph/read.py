@@ -20,6 +20,8 @@ from ..threads.format import (
     PREFIX,
     WRITES_FILE,
     channel_file,
+    check_ids,
+    check_new_thread,
     commit_kind,
     dec,
     digest,
@@ -98,6 +100,13 @@ class ThreadReads:
 
     def _threads(self) -> list[str]:
         return sorted({thread for thread, _ in self._all_refs()})
+
+    def _new_thread(self, thread_id: str) -> None:
+        """A thread's first ref (a put, a copy onto it): its id passes the id checks and
+        must not look like another thread's (threads/format.py)."""
+        check_ids(thread_id, "")
+        if not self._namespaces(thread_id):
+            check_new_thread(thread_id, self._threads())
 
     def _entries(self, thread_id: str, ns: str, head: str) -> RefEntries:
         """The index's entries of a ref at ``head``, read from git again when the index

@@ -250,6 +250,8 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
             folded = lgjournal.merge(raw)
             for _ in range(5):
                 head = self.store.ref(ref)
+                if head is None:
+                    self._new_thread(thread_id)
                 changes: dict[str, bytes | None] = dict(files)
                 base = self.store.file_ids(head) if head else {}
                 if head is not None:
@@ -434,6 +436,7 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
         src, dst = str(source_thread_id), str(target_thread_id)
         self.commit_pending_writes(src)
         with self.mutex, self._lock(dst):
+            self._new_thread(dst)
             self._archive(dst)
             for name, head in self.store.refs_under(f"{PREFIX}{enc(src)}/").items():
                 self.store.move_ref(f"{PREFIX}{enc(dst)}/{name}", None, head)

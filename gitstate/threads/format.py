@@ -13,11 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import unquote
 
 from ..core import layout, rules, secretscan, textsafe
-from ..core.errors import InvalidInput, StoreError
+from ..core.errors import StoreError
 from ..core.trailers import encode_json
 
 PREFIX = layout.THREADS_PREFIX
@@ -71,15 +72,21 @@ def ids(conf: dict[str, Any]) -> tuple[str, str]:
 
 def check_ids(thread_id: str, ns: str) -> None:
     """The checks of a thread id and namespace, written here or arriving in a ref name
-    (gitstate/threads/check.py): nothing secret (secretscan), no control, invisible or
-    direction-changing character (textsafe.hidden: what could disguise the name in a log
-    or a listing)."""
+    (gitstate/threads/check.py): nothing secret (secretscan) and the text rule of every
+    reason and value (``rules.check_line``: no control, invisible, direction-changing or
+    blank character, no lone surrogate, no combining mark over ASCII or digits, no run of
+    marks: what could disguise the name in a log or a listing), rule ``thread.id_text``."""
     for text, what in ((thread_id, "the thread id"), (ns, "the checkpoint namespace")):
         rules.check_secret(text, what)
-        odd = next((ch for ch in text if textsafe.hidden(ch) and ch != " "), None)
-        if odd is not None:
-            raise InvalidInput(f"{what} holds U+{ord(odd):04X}, a control, invisible or "
-                               "direction-changing character", rule="thread.id_text")
+        rules.check_line(text, what, "thread.id_text")
+
+
+def check_new_thread(thread_id: str, existing: Iterable[str]) -> None:
+    """A thread id new to a repository must not look like one it has: the key rules'
+    look-alike check (``rules.check_twin``: case, the confusable skeleton), as
+    ``thread.case`` / ``thread.confusable``. At the first put of a thread, a copy onto a new
+    one, and a thread arriving by pull or push."""
+    rules.check_twin(thread_id, existing, what="thread")
 
 
 def refuse_secrets(files: dict[str, bytes], message: str) -> None:

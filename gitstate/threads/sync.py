@@ -29,7 +29,7 @@ from ..core import layout
 from ..core.errors import InvalidInput, Refused
 from ..system import locking
 from .check import check_thread, parse_ref
-from .format import PREFIX, check_ids, digest
+from .format import PREFIX, check_ids, check_new_thread, digest
 from .journal import Journal
 
 if TYPE_CHECKING:
@@ -73,6 +73,22 @@ def _shown(ref: str, name: str) -> str:
     return name
 
 
+def _look_alike(thread: str, mine: str | None,
+                taken: dict[str, tuple[str, str | None, str]], here: dict[str, str]
+                ) -> list[str]:
+    """A thread new to this repository must not look like one it has or one this pull takes
+    (``format.check_new_thread``, as a put of that id is checked)."""
+    threads = {where[0] for where in map(parse_ref, [PREFIX + r for r in here])
+               if where is not None} | {t for t, _mine, _head in taken.values()}
+    if mine is not None or thread in threads:
+        return []
+    try:
+        check_new_thread(thread, sorted(threads))
+    except InvalidInput as exc:
+        return [f"[{exc.rule}] {exc.message}"]
+    return []
+
+
 def asked(store: GitStore, threads: Threads) -> list[str]:
     """The ids of this repository's threads that ``threads`` asks for."""
     return sorted({t for t, _ in _chosen(store.refs_under(PREFIX), threads).values()})
@@ -114,7 +130,8 @@ def pull(store: GitStore, url: str, threads: Threads,
     with store.incoming(url, ("threads",), known=known, action="pull") as got:
         remote = _chosen({n[len(PREFIX):]: h for n, h in got.refs.items()}, threads)
         with lock():
-            accepted, bad = {}, {}
+            accepted: dict[str, tuple[str, str | None, str]] = {}
+            bad: dict[str, str] = {}
             for ref, (thread, head) in sorted(remote.items()):
                 mine = store.ref(ref)
                 if mine == head:
@@ -125,7 +142,8 @@ def pull(store: GitStore, url: str, threads: Threads,
                 if mine is not None and not got.store.is_ancestor(mine, head):
                     out["diverged"].append(thread)
                     continue
-                problems = check_thread(got.store, ref, mine, head)
+                problems = check_thread(got.store, ref, mine, head) or _look_alike(
+                    thread, mine, accepted, store.refs_under(PREFIX))
                 if problems:
                     bad[_shown(ref, thread)] = str(problems[0])
                 else:
@@ -161,7 +179,9 @@ def verify_pushed(store: GitStore, ref: str, old: str | None, new: str | None) -
     shown = _shown(ref, ref)
     if new is None:
         return [f"deleting {shown} is refused: a thread's history is kept"]
-    return [f"{shown}: {p}" for p in check_thread(store, ref, old, new)]
+    problems = [str(p) for p in check_thread(store, ref, old, new)] or _look_alike(
+        where[0], old, {}, store.refs_under(PREFIX))
+    return [f"{shown}: {p}" for p in problems]
 
 
 class ThreadTravel:

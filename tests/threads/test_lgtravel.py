@@ -22,7 +22,7 @@ from dulwich.repo import Repo
 from langgraph.types import Command
 
 from gitstate.api.repo import StateRepo
-from gitstate.core.errors import Refused
+from gitstate.core.errors import InvalidInput, Refused
 from gitstate.langgraph import GitCheckpointSaver, enc
 from gitstate.threads.check import check_thread
 from tests.helpers import GIT, assert_fsck_clean, git, install_pre_receive
@@ -403,3 +403,71 @@ def test_show_thread_constructs_nothing_from_a_thread_placed_behind_the_rule(
     shown = run_cli("show", "--thread", THREAD, agent_dir=a)
     assert not marker.exists()
     assert shown.returncode == 0, shown.stderr
+
+
+LOOK_ALIKES = [  # beside THREAD ("refund O-104"): each a put refuses, with its rule
+    ("refund O-1O4", "thread.confusable"),  # a letter O for the digit 0
+    ("r\u0435fund O-104", "thread.confusable"),  # a Cyrillic e
+    ("refund\u00a0O-104", "thread.confusable"),  # a no-break space (NFKC: a space)
+    ("\uff52efund O-104", "thread.confusable"),  # a full-width r
+    ("Refund O-104", "thread.case"),
+    ("refund O-1\u033604", "thread.id_text"),  # a stroke drawn over the 0
+    ("refund\u200b O-104", "thread.id_text"),  # a zero-width space
+]
+
+
+@pytest.mark.parametrize("name,rule", LOOK_ALIKES)
+def test_a_thread_id_that_looks_like_another_is_refused_at_put(
+        tmp_path: Path, name: str, rule: str) -> None:
+    """A new thread whose id reads as an existing one's (look-alike letters, case, a mark
+    over a digit, an invisible character) is refused at its first put, by the key rules'
+    look-alike check and the text rule of values; nothing is written (git for-each-ref)."""
+    agent = tmp_path / "agent"
+    with GitCheckpointSaver(agent) as saver:
+        build(saver).invoke({"order": "O-104", "log": []}, CONF)
+        before = git(agent / "state", "for-each-ref", "refs/gitstate/threads/").stdout
+        with pytest.raises(InvalidInput) as refused:
+            build(saver).invoke({"order": "O-104", "log": []},
+                                {"configurable": {"thread_id": name}})
+        assert refused.value.rule == rule, refused.value.message
+        with pytest.raises(InvalidInput):
+            saver.copy_thread(THREAD, name)
+        assert git(agent / "state", "for-each-ref", "refs/gitstate/threads/").stdout == before
+        build(saver).invoke({"order": "O-104", "log": []},  # its own id, a new namespace
+                            {"configurable": {"thread_id": THREAD, "checkpoint_ns": "sub"}})
+        build(saver).invoke({"order": "O-105", "log": []},
+                            {"configurable": {"thread_id": "refund O-105"}})
+
+
+@pytest.mark.parametrize("name", ["r\u0435fund O-104", "refund O-1O4"])
+def test_a_thread_arriving_under_a_look_alike_id_is_refused(tmp_path: Path,
+                                                            name: str) -> None:
+    """On pull and in the server's hook a thread new to the repository is checked as a
+    put of its id is: one that looks like a thread the repository has is refused, and
+    nothing of it is taken."""
+    bare, _a = _interrupted(tmp_path)
+    b = tmp_path / "b"
+    StateRepo.clone(str(bare), b).close()
+    with StateRepo(b) as repo:
+        assert repo.pull_threads([THREAD])["pulled"] == [THREAD]
+    guarded = tmp_path / "srv" / "guarded.git"
+    subprocess.run([GIT or "git", "init", "-q", "--bare", str(guarded)], check=True)
+    install_pre_receive(guarded, tmp_path)
+    head = git(bare, "rev-parse", REF).stdout.strip()
+    sent = subprocess.run([GIT or "git", "-C", str(bare), "push", str(guarded),
+                           f"{head}:{REF}"], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert sent.returncode == 0, sent.stderr
+    odd = f"refs/gitstate/threads/{enc(name)}/%/checkpoints"
+    pushed = subprocess.run([GIT or "git", "-C", str(bare), "push", str(guarded),
+                             f"{head}:{odd}"], capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert pushed.returncode != 0 and "thread.confusable" in pushed.stderr, pushed.stderr
+    assert git(guarded, "for-each-ref", "--format=%(refname)").stdout.split() == [REF]
+    git(bare, "update-ref", odd, head)
+    with StateRepo(b) as repo, pytest.raises(Refused) as refused:
+        repo.pull_threads(True)
+    assert refused.value.rule == "remote.thread_invalid"
+    assert "thread.confusable" in refused.value.message
+    assert git(b / "state", "for-each-ref", "--format=%(refname)",
+               "refs/gitstate/threads/").stdout.split() == [REF]
