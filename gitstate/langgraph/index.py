@@ -12,7 +12,8 @@ ref's history again and records it. A missing or damaged file is rebuilt the sam
 writers of several processes never interleave within a line): ``{"ref", "base", "head",
 "add": [...]}`` adds checkpoints (of commit ``head``) to a ref whose head began with
 ``base``;
-``"reset"`` in place of ``base`` and ``add`` replaces the ref's entries; a null ``head``
+``"reset"`` in place of ``base`` and ``add`` replaces the ref's entries (``"checked"``: the
+newest head known to pass the rule of foreign commits, gitstate/langgraph/read.py); a null ``head``
 drops the ref. Lines are never flushed: after a crash the check against the refs decides.
 When it holds more than two lines a ref (and 64), it is rewritten whole, a line a ref.
 """
@@ -61,6 +62,15 @@ class RefEntries:
     entries: list[Entry] = field(default_factory=list)
     by_id: dict[str, Entry] = field(default_factory=dict)
     writes: dict[str, list[str]] = field(default_factory=dict)
+    # the newest head of the ref known to pass the rule of foreign commits (the saver's
+    # own commits, and heads a reader checked); None: none known (gitstate/langgraph/read.py)
+    checked: str | None = None
+
+    @property
+    def trusted(self) -> bool:
+        """Whether every commit up to the head passed the rule (values may be decoded
+        with the caller's serde)."""
+        return self.checked is not None and self.checked == self.head
 
     def add(self, entries: list[Entry]) -> None:
         for e in entries:
@@ -116,7 +126,9 @@ class CheckpointIndex:
             entries = [Entry.from_row(r) for r in rec["reset"]] if "reset" in rec else [
                 Entry.from_row([r[0], rec["head"], *r[1:]]) for r in rec["add"]]
             if "reset" in rec:
-                fresh = RefEntries(rec["thread"], rec["ns"], rec["head"])
+                checked = rec.get("checked")  # a line without it: never checked
+                fresh = RefEntries(rec["thread"], rec["ns"], rec["head"],
+                                   checked=checked if isinstance(checked, str) else None)
                 fresh.add(entries)
                 self.refs[name] = fresh
                 return
@@ -127,6 +139,8 @@ class CheckpointIndex:
                 stale.head = "?"
                 return
             known.add(entries)
+            if known.trusted:  # the saver's own commit on a checked head
+                known.checked = rec["head"]
             known.head = rec["head"]
         except (ValueError, KeyError, TypeError, IndexError, RecursionError):
             self.refs.clear()  # a damaged index: everything is read from git again
@@ -140,12 +154,12 @@ class CheckpointIndex:
                      "add": [[e.row()[0], *e.row()[2:]] for e in entries]})
 
     def reset(self, name: str, thread: str, ns: str, head: str | None,
-              entries: list[Entry]) -> None:
+              entries: list[Entry], checked: str | None = None) -> None:
         if head is None:
             self._write({"ref": name, "head": None})
         else:
             self._write({"ref": name, "thread": thread, "ns": ns, "head": head,
-                         "reset": [e.row() for e in entries]})
+                         "checked": checked, "reset": [e.row() for e in entries]})
 
     def _write(self, record: dict[str, Any]) -> None:
         self.refresh()
@@ -162,7 +176,7 @@ class CheckpointIndex:
             if r.head is None or r.head == "?":
                 continue
             out += json.dumps({"ref": name, "thread": r.thread, "ns": r.ns, "head": r.head,
-                               "reset": [e.row() for e in r.entries]},
+                               "checked": r.checked, "reset": [e.row() for e in r.entries]},
                               separators=(",", ":"), default=str).encode() + b"\n"
         with contextlib.suppress(OSError):
             safefile.write_atomic(self.path, bytes(out))

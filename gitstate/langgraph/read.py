@@ -1,6 +1,15 @@
 """Reading LangGraph checkpoint threads: refs, the checkpoint index, checkpoints and their
 pending writes, in the layout of gitstate/threads/format.py and the earlier one (a mixin of
-GitCheckpointSaver, gitstate/langgraph/saver.py)."""
+GitCheckpointSaver, gitstate/langgraph/saver.py).
+
+Values are decoded with the caller's serde only from a ref whose every commit passed the
+rule of foreign commits (gitstate/threads/check.py): the saver's own commits, and heads a
+reader checked. A head the index does not know (moved by plain git: a ``git fetch`` into
+``refs/gitstate/threads/``, ``update-ref``; or a writer killed before its index line) is
+checked from the newest head known to pass, before any of its values is decoded; one that
+fails, or a thread of the earlier layout (which the rule refuses), is read with LangGraph's
+strict serde (:func:`strict_serde`: nothing off its plain-data allow-list is constructed,
+pickle is refused) from then on. The index records which heads passed (``checked``)."""
 
 from __future__ import annotations
 
@@ -13,6 +22,7 @@ from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, writes_sort_k
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..core import layout
+from ..core.errors import GitStateError
 from ..threads import journal as lgjournal
 from ..threads.format import (
     CHANNEL,
@@ -37,6 +47,17 @@ if TYPE_CHECKING:
     from ..store import GitStore
 
 BLOB_CACHE_BYTES = 64 << 20
+_STRICT: list[SerializerProtocol] = []
+
+
+def strict_serde() -> SerializerProtocol:
+    """LangGraph's strict serde: a msgpack value naming a type off its plain-data allow-list
+    is read as its arguments, never constructed; pickle is refused."""
+    if not _STRICT:
+        from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+        _STRICT.append(JsonPlusSerializer(allowed_msgpack_modules=None))
+    return _STRICT[0]
 
 
 class ThreadReads:
@@ -119,10 +140,29 @@ class ThreadReads:
         if known is not None and known.head == head:
             return known
         entries = self._scan(head)
-        self.index.reset(ref, thread_id, ns, head, entries)
-        fresh = RefEntries(thread_id, ns, head)
+        checked = self._check(ref, known.checked if known is not None else None, head)
+        self.index.reset(ref, thread_id, ns, head, entries, checked)
+        fresh = RefEntries(thread_id, ns, head, checked=checked)
         fresh.add(entries)
         return self.index.refs.get(ref) or fresh
+
+    def _check(self, ref: str, base: str | None, head: str) -> str | None:
+        """``head`` when the ref's commits after ``base`` (the newest head known to pass;
+        from the root when it is None or no longer an ancestor) pass the rule of foreign
+        commits, else None: its values are then read with the strict serde."""
+        from ..threads.check import check_thread
+
+        try:
+            problems = check_thread(self.store, ref, base, head)
+            if problems and base is not None:
+                problems = check_thread(self.store, ref, None, head)
+        except GitStateError:
+            return None
+        return None if problems else head
+
+    def _serde(self, state: RefEntries) -> SerializerProtocol:
+        """The caller's serde for a ref that passed the rule, else the strict one."""
+        return self.serde if state.trusted else strict_serde()
 
     def _scan(self, head: str) -> list[Entry]:
         """A ref's entries from its history, oldest first: the checkpoints a reader sees
@@ -194,10 +234,10 @@ class ThreadReads:
     def _tuple(self, state: RefEntries, entry: Entry,
                journal: list[Write] | None = None) -> CheckpointTuple:
         assert entry.checkpoint is not None
+        serde = self._serde(state)
         files = self.store.file_ids(entry.commit)
-        checkpoint: Checkpoint = self.serde.loads_typed(
-            untyped(self._blob(files["checkpoint"])))
-        metadata = self.serde.loads_typed(untyped(self._blob(files["metadata"])))
+        checkpoint: Checkpoint = serde.loads_typed(untyped(self._blob(files["checkpoint"])))
+        metadata = serde.loads_typed(untyped(self._blob(files["metadata"])))
         if entry.layout >= 2:
             paths = {channel_file(ch): ch for ch in checkpoint["channel_versions"]}
             found = {p: files[p] for p in paths if p in files}
@@ -209,7 +249,7 @@ class ThreadReads:
         for path, sha in found.items():
             raw = self._blob(sha)
             if raw != EMPTY:
-                values[paths[path]] = self.serde.loads_typed(untyped(raw))
+                values[paths[path]] = serde.loads_typed(untyped(raw))
         thread_id, ns = state.thread, state.ns
         return CheckpointTuple(
             config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
@@ -236,8 +276,8 @@ class ThreadReads:
         rows = sorted((writes_sort_key(w.task_path, w.task_id, w.idx), w)
                       for w in lgjournal.merge([w for w in found
                                                 if w.checkpoint == cid and w.ns == state.ns]))
-        return [(w.task_id, w.channel, self.serde.loads_typed((w.kind, w.value)))
-                for _, w in rows]
+        serde = self._serde(state)
+        return [(w.task_id, w.channel, serde.loads_typed((w.kind, w.value))) for _, w in rows]
 
     def _writes_v1(self, thread_id: str, ns: str, cid: str) -> list[Write]:
         """Pending writes of a thread written by the earlier layout (a ``writes`` ref)."""

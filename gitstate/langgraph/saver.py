@@ -296,7 +296,7 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
         if entry.layout >= 2:
             source = self.store.file_ids(entry.commit)
         else:
-            checkpoint = self.serde.loads_typed(untyped(self.store.blob(
+            checkpoint = self._serde(state).loads_typed(untyped(self.store.blob(
                 self.store.file_ids(entry.commit)["checkpoint"])))
             old = {f"blobs/{enc(ch)}/{enc(str(v))}": channel_file(ch)
                    for ch, v in checkpoint["channel_versions"].items()}

@@ -26,15 +26,13 @@ def _saver(agent_dir: Any) -> GitCheckpointSaver:
     type outside LangGraph's plain-data allow-list is shown as its arguments, never
     constructed (a thread may come from elsewhere; docs/security.md)."""
     try:
-        from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-
+        from .read import strict_serde
         from .saver import GitCheckpointSaver
     except ImportError as exc:
         raise UsageError("reading checkpoint threads needs the langgraph extra: pip install "
                          f"'gitstate[langgraph]' ({exc})", rule="usage.langgraph_missing"
                          ) from exc
-    return GitCheckpointSaver(agent_dir, serde=JsonPlusSerializer(
-        allowed_msgpack_modules=None))
+    return GitCheckpointSaver(agent_dir, serde=strict_serde())
 
 
 def _plain(value: Any) -> Any:

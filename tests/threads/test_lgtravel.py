@@ -471,3 +471,89 @@ def test_a_thread_arriving_under_a_look_alike_id_is_refused(tmp_path: Path,
     assert "thread.confusable" in refused.value.message
     assert git(b / "state", "for-each-ref", "--format=%(refname)",
                "refs/gitstate/threads/").stdout.split() == [REF]
+
+
+def _plain_git_fetch(source: Path, agent: Path) -> None:
+    """The thread refs of ``source`` fetched into ``agent`` by plain git: no gitstate pull,
+    no rule of foreign commits on the way in."""
+    out = git(agent / "state", "fetch", "-q", str(source),
+              "+refs/gitstate/threads/*:refs/gitstate/threads/*")
+    assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize("where", ["channel", "pending write"])
+def test_a_thread_fetched_by_plain_git_is_decoded_with_the_strict_serde(
+        tmp_path: Path, where: str) -> None:
+    """A thread whose commits arrived by plain `git fetch` (not gitstate's pull and its
+    re-derivation) is checked by the rule of foreign commits when the saver first reads
+    it; one that fails is read with LangGraph's strict serde, whatever serde the saver was
+    given: a channel value or a pending write that the default serde would turn into
+    os.system(...) runs nothing, through get_tuple, list and a resumed graph."""
+    import ormsgpack
+
+    from gitstate.threads import journal as lgjournal
+    from gitstate.threads.format import parse_trailers
+
+    bare, _a = _interrupted(tmp_path)
+    marker = tmp_path / "ran"
+    call = ormsgpack.packb(ormsgpack.Ext(1, ormsgpack.packb(
+        ["os", "system", [f"touch {marker}"]])))
+
+    def plant(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
+        if where == "channel":
+            _blob(repo, tree, b"channel.order", b"msgpack\0" + call)
+            return _fresh(tree, message)
+        head = json.loads(parse_trailers(message)["Checkpoint"])
+        write = lgjournal.Write(head, "", "task-1", "~__pregel_pull, n", "order", 0,
+                                "msgpack", call)
+        _blob(repo, tree, b"pending-writes", lgjournal.encode([write]))
+        from gitstate.threads.format import writes_message
+        return tree, writes_message([head], head)
+
+    _forge(bare, plant)
+    b = tmp_path / "b"
+    StateRepo.clone(str(bare), b).close()
+    _plain_git_fetch(bare, b)
+    with GitCheckpointSaver(b) as saver:  # LangGraph's default serde
+        latest = saver.get_tuple(CONF)
+        assert latest is not None
+        assert [t.config for t in saver.list(CONF)]
+        out = build(saver).invoke(Command(resume="approve"), CONF)
+        assert "human: approve" in out["log"]
+    assert not marker.exists()
+
+
+def test_an_honest_thread_fetched_by_plain_git_is_checked_once_and_resumes(
+        tmp_path: Path) -> None:
+    """An honest thread fetched by plain git passes the rule at its first read: it is then
+    decoded with the saver's serde and resumes; the check is recorded in the checkpoint
+    index (no second check), and the saver's own commits on it stay checked."""
+    bare, _a = _interrupted(tmp_path)
+    b = tmp_path / "b"
+    StateRepo.clone(str(bare), b).close()
+    _plain_git_fetch(bare, b)
+    with GitCheckpointSaver(b) as saver:
+        head = saver.store.ref(REF)
+        assert head is not None
+        assert saver._entries(THREAD, "", head).trusted
+        out = build(saver).invoke(Command(resume="approve"), CONF)
+        assert out["log"] == ["looked up", "human: approve", "paid"]
+        new = saver.store.ref(REF)
+        assert new != head and saver._entries(THREAD, "", str(new)).trusted
+    line = (b / "state" / ".git" / "gitstate-threads.idx").read_text().splitlines()
+    assert any(json.loads(x).get("checked") == head for x in line)
+
+
+def test_a_thread_of_the_saver_s_own_is_checked_again_when_its_index_is_lost(
+        tmp_path: Path) -> None:
+    """The index is the record of what passed: without it every thread is checked again
+    (the saver's own pass), so a deleted index never lets an unchecked head through."""
+    agent = tmp_path / "a"
+    with GitCheckpointSaver(agent) as saver:
+        build(saver).invoke({"order": "O-104", "log": []}, CONF)
+    (agent / "state" / ".git" / "gitstate-threads.idx").unlink()
+    with GitCheckpointSaver(agent) as saver:
+        head = saver.store.ref(REF)
+        assert head is not None and saver._entries(THREAD, "", head).trusted
+        out = build(saver).invoke(Command(resume="deny"), CONF)
+        assert out["log"] == ["looked up", "human: deny", "not paid"]
