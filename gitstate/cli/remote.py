@@ -248,7 +248,7 @@ def verify_push(old: str, new: str, ref: str, git_dir: Path, main: str | None,
     cap, limit and the schema. Each refusal names its rule. A run ledger is checked
     against --main when the same push moves main (the hook passes it).
     """
-    from ..remote.sync import verify_push as check
+    from ..remote.server import verify_push as check
 
     problems = check(git_dir, old, new, ref, main=main)
     if as_json:

@@ -1,4 +1,4 @@
-"""Beyond one machine: push, pull, clone and server-side checks over any git remote.
+"""Beyond one machine: push, pull and clone over any git remote.
 
 git hosting is the distributed engine; gitstate adds the rules:
 
@@ -9,14 +9,13 @@ git hosting is the distributed engine; gitstate adds the rules:
   meanwhile (or that breaks the cap, the limits or the schema there) is refused, shown with
   both sides, and kept on ``refs/gitstate/unpushed/<time>``; then the push is tried again.
 * pull is fast-forward only. A diverged or rewritten remote is reported, never merged.
-* ``verify_push`` is what a server's pre-receive hook runs on every pushed update.
+
+What a server's pre-receive hook runs on every pushed update is gitstate/remote/server.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import re
 import shutil
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -25,7 +24,6 @@ from typing import Any, TypeVar
 
 from ..accept import main as foreign
 from ..approvals import steps as approvals
-from ..core import layout
 from ..core.errors import GitStateError, Refused, StoreError, UsageError
 from ..core.layout import BRANCH, REMOTE_REF, SCHEMA_FILE, STATE_DIR, STATE_FILE
 from ..core.layout import UNPUSHED_PREFIX as UNPUSHED
@@ -33,7 +31,7 @@ from ..core.model import EMPTY, State
 from ..core.results import SyncResult, SyncStatus
 from ..core.trailers import Change, NotAGitstateCommit, parse_message
 from ..history.replay import ReplayError, apply_change
-from ..store import ZERO, GitStore
+from ..store import GitStore
 from ..store.transport import limits_for
 from ..system import faults
 from ..write.engine import Commit, WriteEngine
@@ -389,59 +387,3 @@ def clone(url: str, agent_dir: Path) -> str:
         raise
     store.close()
     return remote
-
-
-# -- server side --------------------------------------------------------------------------
-
-def verify_push(git_dir: Path, old: str, new: str, ref: str,
-                main: str | None = None) -> list[str]:
-    """What a pre-receive hook runs for one ref update in a (bare) server repository.
-    ``main``: main's commit after this push when the same push moves it (a run ledger's
-    approval links and writers are checked against it), else main's head now."""
-    from ..accept.trust import Trust
-    from ..history.refusals import REMOTE_PREFIX, check_update
-    from ..runs.format import PREFIX as RUNS
-    from ..runs.sync import verify_pushed
-
-    zero = ZERO.decode()
-    namespace = layout.remote_namespace(ref)
-    problem = layout.ref_name_problem(ref)
-    if problem is not None or namespace not in ("main", "runs", "journals", "threads"):
-        return [f"{ref[:200]!r}: [remote.ref_name] only {BRANCH}, run ledgers ({RUNS}<id>), "
-                f"refusal journals ({REMOTE_PREFIX}<16 lowercase hex digits>) and LangGraph "
-                f"threads ({layout.THREADS_PREFIX}<thread>/<ns>/checkpoints) hold gitstate "
-                f"state" + (f"; this name is refused: {problem}" if problem else "")]
-    journal = namespace == "journals"
-    if new == zero and journal:
-        return [f"deleting {ref} is refused: the refusal journal is kept"]
-    if new == zero and ref == BRANCH:
-        return [f"deleting {ref} is refused"]
-    trust = Trust.of_server(git_dir)  # who may claim a role: the server's own git config
-    if trust.pusher_roles is not None and not trust.pusher_roles:
-        return [f"{ref[:200]!r}: [trust.unknown_pusher] {trust.pusher} is not in the "
-                "server's pushers file (git config gitstate.pushers), so may push nothing"]
-    store = GitStore(git_dir)
-    quarantine = os.environ.get("GIT_OBJECT_DIRECTORY")
-    if quarantine:
-        store.use_quarantine(quarantine)
-    store.strict = True  # pushed objects: sizes from headers, trees and commits by fsck
-    try:
-        if journal:  # grows only: a fast-forward, or a new generation naming the old head
-            return [f"{ref}: {p}" for p in check_update(store, None if old == zero else old,
-                                                        new)]
-        if namespace == "threads":  # the thread rule (gitstate/threads/check.py)
-            from ..threads.sync import verify_pushed as verify_thread
-
-            return verify_thread(store, ref, None if old == zero else old,
-                                 None if new == zero else new)
-        if ref != BRANCH:
-            if main is not None and not re.fullmatch(r"[0-9a-f]{40}", main):
-                return [f"[usage.main] --main {main[:60]!r} is not a commit id (40 lowercase "
-                        "hex digits)"]
-            return verify_pushed(store, ref, None if old == zero else old,
-                                 None if new == zero else new, trust,
-                                 main=None if main in (None, zero) else main)
-        return [str(p) for p in foreign.check_range(store, None if old == zero else old, new,
-                                                    trust=trust)]
-    finally:
-        store.close()

@@ -16,7 +16,7 @@ A run ref only grows (one commit per event), so both ways are fast-forward only:
   (events on both sides) is reported and left as it is; one that is behind the local ref
   is left for push.
 
-The server side (the pre-receive hook, ``sync.verify_push``) replays a pushed run the same
+The server side (the pre-receive hook, ``server.verify_push``) replays a pushed run the same
 way and refuses a rewrite or a deletion.
 """
 

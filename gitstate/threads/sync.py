@@ -16,7 +16,7 @@ A thread's ref only grows, so both ways are fast-forward only:
   of it enters the repository. A thread that diverged is reported and left as it is; one
   behind the local ref is left for push.
 
-The server side (the pre-receive hook, ``sync.verify_push``) checks a pushed thread the
+The server side (the pre-receive hook, ``server.verify_push``) checks a pushed thread the
 same way and refuses a rewrite or a deletion.
 """
 
