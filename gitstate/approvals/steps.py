@@ -36,8 +36,9 @@ from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 from typing import Any
 
+from ..core.compare import canonical_text
 from ..core.errors import GitStateError, InvalidInput, Refused
-from ..core.model import Entry, State, canonical_text, format_time
+from ..core.model import Entry, State, format_time
 from ..core.policy import ApprovalPolicy as Policy
 from ..core.results import WriteResult
 from ..core.trailers import Change, encode_json

@@ -17,15 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import HistoryRewritten, LockTimeout, StoreError, UsageError
 from ..core.layout import stray_files
-from ..core.model import (
-    STATE_FILE,
-    Handoff,
-    State,
-    format_time,
-    local_text,
-    parse_given_time,
-    parse_time,
-)
+from ..core.localtime import local_text, parse_given_time
+from ..core.model import STATE_FILE, Handoff, State, format_time, parse_time
 from ..core.records import ChangeRecord, HistoryEntry
 from ..core.trailers import NotAGitstateCommit, parse_message
 from ..core.values import changes as value_changes
@@ -97,7 +90,7 @@ def commit_at(repo: StateRepo, moment: datetime) -> str:
 
 def resolve_at(repo: StateRepo, at: str) -> tuple[str, datetime]:
     """``--at TIME|REV``: the commit and the moment to evaluate expiry at. A time without an
-    offset is in the agent's zone (``model.parse_given_time``)."""
+    offset is in the agent's zone (``localtime.parse_given_time``)."""
     from ..system.config import resolve_tz
 
     try:

@@ -19,7 +19,7 @@ import click
 
 from ..core import textsafe
 from ..core.errors import DISK_FULL_HINT, GitStateError
-from ..core.model import local_times_in
+from ..core.localtime import local_times_in
 from .context import EXIT_STORE, Ctx
 
 COMMANDS: dict[str, str] = {

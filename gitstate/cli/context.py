@@ -16,7 +16,8 @@ import click
 
 from ..core import textsafe
 from ..core.errors import UsageError
-from ..core.model import Scalar, Value, display_value, local_text, parse_given_time
+from ..core.localtime import local_text, parse_given_time
+from ..core.model import Scalar, Value, display_value
 
 if TYPE_CHECKING:
     from ..api.repo import StateRepo
@@ -71,7 +72,7 @@ class Ctx:
         return self._zone
 
     def time(self, value: str | None, option: str) -> datetime | None:
-        """A time option's value (``model.parse_given_time`` in the agent's zone)."""
+        """A time option's value (``localtime.parse_given_time`` in the agent's zone)."""
         return None if value is None else parse_given_time(value, self.zone, option)
 
     def when(self, stamp: str | None) -> str:

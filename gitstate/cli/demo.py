@@ -21,7 +21,7 @@ import click
 
 from ..api.repo import StateRepo
 from ..core.errors import CasMismatch, UsageError
-from ..core.model import local_text
+from ..core.localtime import local_text
 from ..system import safefile
 
 TZ = ZoneInfo("Asia/Taipei")

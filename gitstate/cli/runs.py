@@ -147,7 +147,8 @@ def show(obj: Ctx, run_id: str, at: str | None, as_json: bool) -> None:
     if at is not None and not (4 <= len(at) <= 40 and all(c in "0123456789abcdef" for c in at)):
         import contextlib
 
-        from ..core.model import format_time, parse_given_time
+        from ..core.localtime import parse_given_time
+        from ..core.model import format_time
 
         # in the agent's zone; what is no time is the ledger's to refuse (run.invalid)
         with contextlib.suppress(UsageError):

@@ -2,23 +2,23 @@
 
 Pure and dependency-free (no pydantic, no dulwich): the render hook imports it on every
 wake-up. ``State.to_bytes`` is the only serializer of working_state.json, so the same state
-always produces the same bytes, and therefore the same git blob id.
+always produces the same bytes, and therefore the same git blob id. Stored times are read and
+written here (``format_time``, ``parse_time``); how values compare lives in ``compare``, times
+as a person gives and reads them in ``localtime``.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import re
 
 from .layout import HISTORY_FILE as HISTORY_FILE  # re-exported for callers
 from .layout import STATE_FILE as STATE_FILE
-from .timebase import UTC, datetime, tzinfo
+from .timebase import UTC, datetime
 
 TYPE_CHECKING = False  # not `from typing import`: typing costs ~3 ms per wake-up
 
-if TYPE_CHECKING:  # typing, dataclasses and decimal are kept off the wake-up path
-    from decimal import Decimal
+if TYPE_CHECKING:  # typing and dataclasses are kept off the wake-up path
     from typing import Any
 
 Scalar = str | int | float | bool
@@ -66,103 +66,6 @@ def parse_time(text: str) -> datetime:
 
 
 _PARSED: dict[str, datetime] = {}
-
-
-def parse_given_time(text: str, zone: tzinfo, option: str, rule: str = "usage.now") -> datetime:
-    """A time a person gave (every time option of the CLI): ISO 8601, where a time without
-    an offset is a wall-clock time in ``zone``, the agent's zone (``config.resolve_tz``: its
-    [gitstate] timezone, else the machine's); a wall-clock time that a clock change makes
-    ambiguous is its first occurrence. Returned in UTC. Anything else is a UsageError naming
-    ``option``, with ``rule``."""
-    try:
-        full = text.strip()
-        moment = datetime.fromisoformat(full.replace("Z", "+00:00")) if len(full) <= 64 \
-            else None
-        if moment is not None and moment.tzinfo is None:
-            full = moment.replace(tzinfo=zone).isoformat()
-        return parse_time(full)
-    except (ValueError, OverflowError) as exc:
-        from .errors import UsageError
-
-        why = "only years 1970 to 8999" if "years" in str(exc) or "range" in str(exc) \
-            else "not an ISO 8601 time"
-        raise UsageError(f"{option} {text[:40]!r}: {why} (e.g. 2026-08-13T09:04, in the "
-                         "agent's time zone, or 2026-08-13T09:04+08:00)", rule=rule) from None
-
-
-def local_text(stamp: str | None, zone: tzinfo) -> str:
-    """A stored time (UTC, ``...Z``) as the CLI prints it for a person: in ``zone``, with its
-    offset (``2026-08-13T11:03:00+08:00``). Text that is no time is returned as it is."""
-    if not stamp:
-        return ""
-    try:
-        return parse_time(stamp).astimezone(zone).isoformat()
-    except ValueError:
-        return stamp
-
-
-_STORED_TIME = re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\b")
-
-
-def local_times_in(text: str, zone: tzinfo) -> str:
-    """``text`` with every stored time in it (``2026-08-13T03:03:00Z``, as a refusal's
-    message quotes a key's set time) shown as :func:`local_text` shows one."""
-    return _STORED_TIME.sub(lambda m: local_text(m.group(0), zone), text)
-
-
-def canonical_text(value: Value | None) -> str:
-    """The comparison form of a value (see docs/design.md, "How values compare").
-
-    Booleans are ``true``/``false``; numbers, and strings that read as a finite decimal
-    number, become their normalized decimal (262, 262.0 and "262" are all ``262``);
-    any other string is itself. An array or object compares by structure: its canonical
-    JSON, each scalar inside in this form, object members in any order (values.canonical).
-    """
-    from decimal import Decimal, InvalidOperation
-
-    if isinstance(value, list | dict):
-        from .values import canonical
-
-        return canonical(value, canonical_text)
-    if value is None:  # only inside a structure
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return _decimal_text(Decimal(repr(value)) if isinstance(value, float) else Decimal(value))
-    text = value.strip()
-    # Decimal("２６２") is 262 too: only ASCII digits make a number, other scripts' digits
-    # are text and never equal to one (a look-alike must not pass a compare-and-swap)
-    if text and text.isascii() and (text[0].isdigit() or text[0] in "+-."):
-        try:
-            number = Decimal(text)
-        except InvalidOperation:
-            return value
-        if number.is_finite():
-            return _decimal_text(number)
-    return value
-
-
-def _decimal_text(number: Decimal) -> str:
-    try:
-        normal = number.normalize()
-    except ArithmeticError:  # beyond the decimal context's exponent range
-        return str(number)
-    if normal.is_zero():
-        return "0"
-    if abs(normal.adjusted()) > 60:  # "1e999999999" must not become a billion digits
-        return str(normal)
-    if normal == normal.to_integral_value():
-        return str(int(normal))  # quantize() would overflow the context past 28 digits
-    return format(normal, "f")
-
-
-def values_match(expected: Value, current: Value) -> bool:
-    """Whether a caller's ``expected_value`` matches the stored value (a structure matches
-    only a structure of the same shape)."""
-    if isinstance(expected, list | dict) != isinstance(current, list | dict):
-        return False
-    return canonical_text(expected) == canonical_text(current)
 
 
 def display_value(value: Value) -> str:

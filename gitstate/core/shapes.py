@@ -201,7 +201,7 @@ def _check_scalar(shape: Shape, value: Any, fail: Any) -> None:
 
 
 def _scalar_form(value: Any) -> str:
-    from .model import canonical_text
+    from .compare import canonical_text
 
     return canonical_text(value)
 

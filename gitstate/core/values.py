@@ -14,7 +14,7 @@ rendered into or take a reader's stack (docs/design.md, "Structured values"):
   invisible or bidirectional characters), checked by the caller through ``leaf``.
 
 Comparison (compare-and-swap, "unchanged?") uses ``canonical``: object key order never
-matters, and each scalar inside compares as a scalar does (``model.canonical_text``: 262,
+matters, and each scalar inside compares as a scalar does (``compare.canonical_text``: 262,
 262.0 and "262" are equal). Rendering uses ``compact``: sorted keys, no spaces, non-ASCII
 kept readable. Pure and stdlib-only: the wake-up path renders structures too.
 """

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core import layout, secretscan
-from ..core.model import Value, canonical_text
+from ..core.compare import canonical_text
+from ..core.model import Value
 from ..system import safefile
 
 PREFIX = "redacted:hmac-sha256:"

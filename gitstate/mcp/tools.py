@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ..api.repo import StateRepo
 from ..core import textsafe
 from ..core.errors import GitStateError, UsageError
-from ..core.model import local_times_in
+from ..core.localtime import local_times_in
 from ..core.results import refusal, to_json
 from ..core.timebase import tzinfo
 from ..system.config import resolve_tz

@@ -16,7 +16,8 @@ import html
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
-from ..core.model import local_text, parse_time
+from ..core.localtime import local_text
+from ..core.model import parse_time
 from ..core.textsafe import visible
 
 W, H = 1100, 360

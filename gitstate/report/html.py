@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
-from ..core.model import local_text
+from ..core.localtime import local_text
 from .chart import chart, zone_label
 from .chart import esc as esc  # the pages' one escaping, re-exported
 

@@ -381,7 +381,7 @@ def run_fast(command: str, agent_dir: str, opts: dict[str, str]) -> int:
         config = config or load_config(agent_dir)
         moment = clockbase.read(os.path.join(agent_dir, STATE_DIR, ".git")).time
         if "now" in opts:  # a time without an offset is in the agent's zone
-            from ..core.model import parse_given_time
+            from ..core.localtime import parse_given_time
 
             moment = parse_given_time(opts["now"], resolve_tz(config.timezone), "--now")
         locale = opts.get("locale") or config.locale

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from ..core import rules, secretscan
+from ..core.compare import values_match
 from ..core.errors import (
     CasMismatch,
     InjectionTooLarge,
@@ -21,7 +22,7 @@ from ..core.errors import (
     KeyCapReached,
     SectionTooLarge,
 )
-from ..core.model import Entry, State, Value, display_value, values_match
+from ..core.model import Entry, State, Value, display_value
 from ..core.render import section_chars, section_chars_bound, section_key_bytes
 from ..history.redact import is_redacted
 from ..system.config import Config

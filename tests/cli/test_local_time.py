@@ -131,7 +131,7 @@ def test_every_time_option_says_how_a_time_is_read() -> None:
 
 def test_one_function_reads_every_given_time() -> None:
     """No CLI module and no wake-up path parses a time by itself: a given time goes through
-    model.parse_given_time (model.parse_time reads the stored, UTC ones)."""
+    localtime.parse_given_time (model.parse_time reads the stored, UTC ones)."""
     files = [*sorted((ROOT / "gitstate" / "cli").glob("*.py")),
              ROOT / "gitstate" / "wakeup" / "fastpath.py"]
     for path in files:

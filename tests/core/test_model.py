@@ -7,7 +7,8 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gitstate.core.model import Entry, Handoff, State, canonical_text, display_value, values_match
+from gitstate.core.compare import canonical_text, values_match
+from gitstate.core.model import Entry, Handoff, State, display_value
 
 scalars = st.one_of(
     st.text(min_size=1, max_size=20).filter(str.strip),

@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 
 from gitstate.api.repo import StateRepo
 from gitstate.audit import views as audit
+from gitstate.core.compare import values_match
 from gitstate.core.errors import CasMismatch, InvalidInput, SectionTooLarge
-from gitstate.core.model import Entry, State, values_match
+from gitstate.core.model import Entry, State
 from gitstate.core.render import inline, render
 from gitstate.core.results import to_json
 from gitstate.core.trailers import parse_message
