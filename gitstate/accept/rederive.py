@@ -19,7 +19,8 @@ from ..core import rules
 from ..core.errors import InvalidInput, Refused
 from ..core.layout import SCHEMA_FILE, STATE_FILE
 from ..core.model import EMPTY, State, format_time, parse_time
-from ..core.schema import Schema, parse_schema
+from ..core.schema import Schema
+from ..core.schemafile import parse_schema
 from ..core.trailers import PREFIX, Change
 from ..history import approvals as approval_life
 from ..system.config import Config

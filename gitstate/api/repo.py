@@ -33,7 +33,8 @@ from ..core.results import (
     SyncStatus,
     WriteResult,
 )
-from ..core.schema import WRITERS, Schema, parse_schema
+from ..core.schema import WRITERS, Schema
+from ..core.schemafile import parse_schema
 from ..core.trailers import Change
 from ..history.projection import Projection
 from ..history.reader import StateReader

@@ -54,7 +54,7 @@ def schema_check(obj: Ctx, file: Path | None, as_json: bool) -> None:
     Exit 1 when a live key breaks the schema. Expired keys written under an older schema
     are listed but do not fail the check.
     """
-    from ..core.schema import parse_schema
+    from ..core.schemafile import parse_schema
 
     candidate = parse_schema(_read(file)) if file is not None else None
     with obj.repo() as repo:

@@ -32,7 +32,7 @@ DEPTH_MAX = 8  # as values.DEPTH_MAX: no shape can describe more than a value ma
 
 
 class DeclarationError(ValueError):
-    """A malformed shape in schema.yaml (schema.py reports it as ``schema.invalid``)."""
+    """A malformed shape in schema.yaml (schemafile.py reports it as ``schema.invalid``)."""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from ..core.errors import HistoryRewritten, NotInitialized, StoreError
 from ..core.layout import SCHEMA_FILE, STATE_FILE
 from ..core.model import EMPTY, State
 from ..core.records import ChangeRecord
-from ..core.schema import Schema, parse_schema
+from ..core.schema import Schema
+from ..core.schemafile import parse_schema
 from ..store import GitStore
 from .projection import Mark, Projection, record
 

@@ -148,7 +148,8 @@ def verify_pushed(store: GitStore, ref: str, old: str | None, new: str | None,
 def _schema_at(store: GitStore, commit: str | None) -> Schema | None:
     """The server's schema at main's head: the writers a pushed run's events rest on."""
     from ..core.layout import SCHEMA_FILE
-    from ..core.schema import SchemaError, parse_schema
+    from ..core.schema import SchemaError
+    from ..core.schemafile import parse_schema
 
     data = store.read_file(commit, SCHEMA_FILE) if commit else None
     try:

@@ -174,7 +174,7 @@ def _schema_secrets(text: str) -> None:
     every comment is scanned: they are committed like a value. Not the raw text, whose
     YAML (``token: {type: string}``) reads as an assignment."""
     from ..core import secretscan
-    from ..core.schema import load_yaml
+    from ..core.schemafile import load_yaml
 
     found = secretscan.find(load_yaml(text), "schema.yaml")
     if found is not None:

@@ -13,7 +13,8 @@ from gitstate.audit import views as audit
 from gitstate.core.errors import InvalidInput, Refused
 from gitstate.core.model import State
 from gitstate.core.results import to_json
-from gitstate.core.schema import SchemaError, dump_yaml, load_yaml, parse_schema
+from gitstate.core.schema import SchemaError
+from gitstate.core.schemafile import dump_yaml, load_yaml, parse_schema
 from tests.helpers import Clock, commit_count, git, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]

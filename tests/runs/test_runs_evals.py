@@ -288,7 +288,8 @@ def test_schema_writers_override_the_defaults_but_never_let_the_agent_approve(
     assert _refused(repo.runs.event, RUN, done, "done", writer="agent") == "run.writer"
     assert repo.runs.event(RUN, done, "done").state["stop_reason"] == "success"
     assert repo.runs.verify(RUN) == []  # the override is honoured by replay too
-    from gitstate.core.schema import SchemaError, parse_schema
+    from gitstate.core.schema import SchemaError
+    from gitstate.core.schemafile import parse_schema
 
     with pytest.raises(SchemaError, match="never records its own approvals"):
         parse_schema("version: 1\nruns:\n  writers:\n    approval_recorded: [agent]\n")
