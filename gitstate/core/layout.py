@@ -124,6 +124,7 @@ RUN_CACHE_DIR = "gitstate-run-cache"  # + <run>.json: a run's parsed head (ledge
 THREAD_LOCK_FILE = "gitstate-thread-{digest}.flock"  # one LangGraph thread's lock
 THREAD_JOURNAL_FILE = "gitstate-thread-{digest}.pending"  # its pending writes (lgjournal)
 THREAD_INDEX_FILE = "gitstate-threads.idx"  # the checkpoint index of all threads (lgindex)
+THREAD_LOG_FILE = "gitstate-wal-{shard}-{half}.log"  # the threads' write-ahead log (threads/wal)
 PRE_COMMIT_HOOK = "hooks/pre-commit"  # installed by init (githooks.py)
 EXCLUDE_FILE = "info/exclude"  # names the projection and temporary files (store/base.py)
 
@@ -165,6 +166,7 @@ WRITTEN_FILES: dict[str, str] = {
     _GIT + THREAD_LOCK_FILE: "in_place",
     _GIT + THREAD_JOURNAL_FILE: "in_place",
     _GIT + THREAD_INDEX_FILE: "in_place",
+    _GIT + THREAD_LOG_FILE: "in_place",
     _GIT + PRE_COMMIT_HOOK: "replace",
     _GIT + EXCLUDE_FILE: "replace",
 }

@@ -41,6 +41,7 @@ from ..threads.format import (
     untyped,
 )
 from ..threads.journal import Journal, Write
+from ..threads.wal import WriteAheadLog
 from .index import CheckpointIndex, Entry, RefEntries
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ class ThreadReads:
     store: GitStore
     serde: SerializerProtocol
     index: CheckpointIndex
+    wal: WriteAheadLog
     _latest_at: dict[str, str | None]  # commit -> its Gitstate-Latest
     _blobs: OrderedDict[str, bytes]  # blob id -> bytes: what this saver wrote last
     _blob_bytes: int
@@ -100,6 +102,11 @@ class ThreadReads:
     def _journal(self, thread_id: str) -> Journal:
         return Journal(self.store.git_dir / layout.THREAD_JOURNAL_FILE.format(
             digest=self._digest(thread_id)))
+
+    def _pending(self, thread_id: str) -> list[Write]:
+        """The thread's pending writes: the earlier per-thread journal's, then the log's."""
+        return self._journal(thread_id).read() + self.wal.shard(
+            self._digest(thread_id)).pending_of(thread_id)
 
     def _namespaces(self, thread_id: str) -> dict[str, str]:
         """ns -> checkpoints head of one thread."""
@@ -270,7 +277,7 @@ class ThreadReads:
             sha = self.store.file_ids(commit).get(WRITES_FILE)
             if sha is not None:
                 found += lgjournal.decode(self._blob(sha))
-        found += journal if journal is not None else self._journal(state.thread).read()
+        found += journal if journal is not None else self._pending(state.thread)
         if layout_ < 2:
             found += self._writes_v1(state.thread, state.ns, cid)
         rows = sorted((writes_sort_key(w.task_path, w.task_id, w.idx), w)

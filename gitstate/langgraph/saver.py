@@ -36,13 +36,13 @@ worker thread.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import functools
 import heapq
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,6 @@ try:
     from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import (
         WRITES_IDX_MAP,
-        BaseCheckpointSaver,
         ChannelVersions,
         Checkpoint,
         CheckpointMetadata,
@@ -66,6 +65,7 @@ except ImportError as exc:  # the extra is not installed: say which one
 
 from ..core import layout, rules
 from ..core.errors import StoreError
+from ..store.durability import Deferred
 from ..system import clock as clockbase
 from ..threads import journal as lgjournal
 from ..threads.format import (
@@ -92,7 +92,9 @@ from ..threads.format import (
     writes_message,
 )
 from ..threads.journal import Write
+from ..threads.wal import WriteAheadLog
 from ..write import maintenance
+from .asyncapi import InWorkerThread
 from .fence import ThreadFence
 from .index import CheckpointIndex, Entry, RefEntries
 from .read import ThreadReads
@@ -101,6 +103,7 @@ from .store import GitStateStore as GitStateStore  # the Store, re-exported here
 __all__ = ["ARCHIVE", "PREFIX", "GitCheckpointSaver", "GitStateStore", "dec", "enc",
            "parse_trailers", "trailer_json"]
 GC_EVERY_BYTES = 1 << 20  # packs written since the last repack that start maintenance
+DEFERRED = Deferred()  # a put's git files: the log's record made it durable (threads/wal)
 
 
 def _small(metadata: Any) -> Any:
@@ -108,7 +111,7 @@ def _small(metadata: Any) -> Any:
     return metadata if len(json.dumps(metadata)) <= 256 else None
 
 
-class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
+class GitCheckpointSaver(ThreadReads, InWorkerThread):
     """A LangGraph ``BaseCheckpointSaver`` whose checkpoints are git commits (see the
     module docstring). ``agent_dir`` is a gitstate agent directory (made if absent)."""
 
@@ -131,6 +134,9 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
         self._blobs: OrderedDict[str, bytes] = OrderedDict()
         self._blob_bytes = 0
         self.fence = ThreadFence(self._lock_path, owner)  # one writer per thread (lgfence)
+        self.wal = WriteAheadLog(self.store)  # what makes a put durable (threads/wal)
+        with self.mutex:
+            self.wal.replay_all()  # what a crash left in the log only, back in git first
         self._wake = threading.Event()
         self._closing = False
         self._worker: threading.Thread | None = None
@@ -140,6 +146,10 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
         self._wake.set()
         if self._worker is not None:
             self._worker.join(timeout=60)
+        with self.mutex:
+            for shard in list(self.wal.shards.values()):
+                self.wal.checkpoint(shard)
+            self.wal.close()
         self.repo.close()
 
     def __enter__(self) -> GitCheckpointSaver:
@@ -214,7 +224,7 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
                 if limit is not None and count >= limit:
                     return
                 if state.thread not in journals:
-                    journals[state.thread] = self._journal(state.thread).read()
+                    journals[state.thread] = self._pending(state.thread)
                 tup = self._tuple(state, entry, journals[state.thread])
                 if filter and not all(tup.metadata.get(k) == v for k, v in filter.items()):
                     continue
@@ -244,10 +254,13 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
         refuse_secrets(files, "\n".join(lines))
         wanted = {channel_file(ch) for ch in stored["channel_versions"]}
         ref = self.ref_name(thread_id, ns, "checkpoints")
-        with self.mutex, self.fence.writing(thread_id):
-            journal = self._journal(thread_id)
-            raw = [w for w in journal.read() if w.ns == ns]
+        shard = self.wal.shard(self._digest(thread_id))
+        with self.mutex, self.fence.writing(thread_id), shard.locked():
+            journal = self._journal(thread_id)  # the earlier, per-thread journal
+            old = [w for w in journal.read() if w.ns == ns]
+            raw = old + [w for w in shard.pending_of(thread_id) if w.ns == ns]
             folded = lgjournal.merge(raw)
+            self.wal.recover(shard, ref, self.store.ref(ref))  # a dead writer's commit
             for _ in range(5):
                 head = self.store.ref(ref)
                 if head is None:
@@ -268,15 +281,17 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
                 latest = max(before or "", cid)
                 new = self.store.commit(head, changes,
                                         checkpoint_message(lines, latest, writes_for),
-                                        self.identity, self._commit_time(head),
-                                        ref=ref)
+                                        self.identity, self._commit_time(head), ref=ref,
+                                        flush=DEFERRED, log=functools.partial(
+                                            shard.log_commit, thread_id, ns, ref, head,
+                                            fold=bool(raw)))
                 if new is not None:
                     break
             else:
                 raise StoreError(f"{ref} kept moving while writing", rule="store.contention")
             self._latest_at[new] = latest
             self._keep_blobs(new, files)
-            if raw:
+            if old:
                 journal.clear(ns)
             self.index.added(ref, thread_id, ns, head, new, [Entry(
                 cid, new, parent, run_id, _small(json_or_none(meta)), tuple(writes_for), LAYOUT)])
@@ -327,6 +342,9 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
             if self._closing:
                 return
             with contextlib.suppress(Exception):  # never the put's failure
+                with self.mutex:
+                    for shard in [s for s in self.wal.shards.values() if s.due()]:
+                        self.wal.checkpoint(shard)
                 self.store.consolidate()
                 rounds += 1
                 if rounds % 8 == 0:
@@ -347,8 +365,9 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
         refuse_secrets({f"pending write {w.task_id}/{w.idx} ({w.channel})": w.value
                         for w in records}, f"{task_path} {cid}")
         if records:
-            with self.mutex, self.fence.writing(thread_id):
-                self._journal(thread_id).append(records)
+            shard = self.wal.shard(self._digest(thread_id))
+            with self.mutex, self.fence.writing(thread_id), shard.locked():
+                shard.log_writes(thread_id, records)
 
     def commit_pending_writes(self, thread_id: str) -> Sequence[str]:
         """Commit the thread's pending writes not yet in a commit (those of an interrupted
@@ -356,8 +375,9 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
         auditor) has them; returns the new commits. A put does this by itself."""
         out = []
         with self.mutex, self.fence.locked(str(thread_id)):  # writes already made durable
+            shard = self._settle(str(thread_id))
             journal = self._journal(str(thread_id))
-            pending = journal.read()
+            pending = self._pending(str(thread_id))
             for ns in sorted({w.ns for w in pending}):
                 ref = self.ref_name(str(thread_id), ns, "checkpoints")
                 raw = [w for w in pending if w.ns == ns]
@@ -373,6 +393,8 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
                 if new is None:
                     raise StoreError(f"{ref} moved while writing", rule="store.contention")
                 journal.clear(ns)
+                with shard.locked():
+                    shard.log_fold(str(thread_id), ns)
                 self.index.added(ref, str(thread_id), ns, head, new,
                                  [Entry(None, new, writes_for=tuple(writes_for))])
                 out.append(new)
@@ -393,7 +415,16 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
             self.commit_pending_writes(thread_id)
         return self.repo.push_threads(thread_ids)
 
+    def _settle(self, thread_id: str) -> Any:
+        """Before a write of the thread outside the log (a tombstone, an archive, a
+        copy, a commit of pending writes): its shard checkpointed, so that no replay
+        moves the thread's refs back over it."""
+        shard = self.wal.shard(self._digest(thread_id))
+        self.wal.checkpoint(shard)
+        return shard
+
     def _archive(self, thread_id: str) -> None:
+        self._settle(thread_id)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         for name, head in self.store.refs_under(f"{PREFIX}{enc(thread_id)}/").items():
             self.store.move_ref(f"{ARCHIVE}{enc(thread_id)}/{stamp}/{name}", None, head)
@@ -423,6 +454,7 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
         """A commit that hides checkpoints from readers and keeps them in history, with the
         newest id still visible after it."""
         ref = self.ref_name(thread_id, ns, "checkpoints")
+        self._settle(thread_id)
         for _ in range(5):
             head = self.store.ref(ref)
             new = self.store.commit(head, {}, message, self.identity,
@@ -434,7 +466,7 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         src, dst = str(source_thread_id), str(target_thread_id)
-        self.commit_pending_writes(src)
+        self.commit_pending_writes(src)  # (its shard checkpointed too)
         with self.mutex, self._lock(dst):
             self._new_thread(dst)
             self._archive(dst)
@@ -468,39 +500,3 @@ class GitCheckpointSaver(ThreadReads, BaseCheckpointSaver[int]):
     def _older(self, entry: Entry, age: timedelta) -> bool:
         when = self.store.commit_times(entry.commit)[1]
         return datetime.now(UTC).timestamp() - when > age.total_seconds()
-
-    # -- async: the same, in a worker thread --------------------------------------------
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await asyncio.to_thread(self.get_tuple, config)
-
-    async def alist(self, config: RunnableConfig | None, *,
-                    filter: dict[str, Any] | None = None,
-                    before: RunnableConfig | None = None,
-                    limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
-        items = await asyncio.to_thread(lambda: [*self.list(
-            config, filter=filter, before=before, limit=limit)])
-        for item in items:
-            yield item
-
-    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
-                   metadata: CheckpointMetadata,
-                   new_versions: ChannelVersions) -> RunnableConfig:
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
-                          task_id: str, task_path: str = "") -> None:
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        await asyncio.to_thread(self.delete_thread, thread_id)
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await asyncio.to_thread(self.delete_for_runs, run_ids)
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
-
-    async def aprune(self, thread_ids: Sequence[str], *,
-                     strategy: str = "keep_latest") -> None:
-        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)

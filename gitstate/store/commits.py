@@ -30,7 +30,8 @@ from ..core.layout import FILE_MODE
 from ..system import faults, safefile, sshsig
 from . import packfmt, packwrite
 from .base import ZERO, CommitInfo, RepoBase
-from .fs import created_dirs
+from .durability import Flush
+from .fs import created_dirs, exchange
 
 Objects = list[tuple[bytes, int, bytes]]  # (binary name, type number, body)
 
@@ -58,31 +59,38 @@ class CommitOps(RepoBase):
 
     def commit(self, base: str | None, files: dict[str, bytes | None], message: bytes,
                identity: bytes, when: int, tz_offset: int = 0,
-               ref: str = layout.BRANCH) -> str | None:
+               ref: str = layout.BRANCH, *, flush: Flush | None = None,
+               log: Callable[[str, bytes, bytes, str], None] | None = None) -> str | None:
         """Write a commit of ``files`` (None deletes) on top of ``base`` and move ``ref`` to
-        it if the ref still equals ``base``. Returns the new id, or None when it moved."""
+        it if the ref still equals ``base``. Returns the new id, or None when it moved.
+        ``log(pack name, pack, index, new id)``, once the ref is locked and compared and
+        before any file is written, is a write-ahead log's record of it (``flush``: the
+        flushes in place of the mode's, ``Deferred`` then)."""
         objects, new_id, ids = self._serialize(base, files, message, identity, when,
                                                tz_offset, None)
         name, pack, index = packwrite.build_raw(objects, self.repo.object_store.object_format)
         lock = self._lock_and_compare(ref, base, new_id)
         if lock is None:
             return None
+        flush = flush or self.flush
         try:
+            if log is not None:
+                log(name, pack, index, new_id)
             staged = packwrite.stage(self.pack_dir, pack, index)
             try:
-                self.flush.data_all([*staged.fds, lock.fd])
+                flush.data_all([*staged.fds, lock.fd])
                 faults.hit("pack.tmp_pack")
                 faults.hit("pack.tmp_idx")
                 faults.hit("ref.written")
             except BaseException:
                 staged.discard()
                 raise
-            packwrite.publish(staged, name, self.flush)
+            packwrite.publish(staged, name, flush)
             faults.hit("objects")  # objects durable, ref not moved yet
         except BaseException:
             self._drop_lock(lock)
             raise
-        self._rename_ref(lock)
+        self._rename_ref(lock, flush)
         faults.hit("ref")  # committed; working tree and projection not refreshed yet
         self._remember_commit(new_id, base, ids, message, identity, when, when, objects)
         return new_id
@@ -211,13 +219,20 @@ class CommitOps(RepoBase):
         with contextlib.suppress(OSError):
             os.unlink(lock.lock)
 
-    def _rename_ref(self, lock: _RefLock) -> None:
+    def _rename_ref(self, lock: _RefLock, flush: Flush | None = None) -> None:
         """The commit point: the flushed lock file renamed over the ref, then the ref's
         directory (and any directory made for it) flushed."""
+        flush = flush or self.flush
         os.close(lock.fd)
-        os.replace(lock.lock, lock.path)
+        if flush.mode == "deferred" and not lock.created and exchange(lock.lock, lock.path):
+            # a rename over an existing ref makes ext4 write the new file out then and
+            # there (auto_da_alloc, store/fs.py swap_write): unflushed, the ref trades
+            # places with its lock instead, and the lock, now the old value, goes
+            os.unlink(lock.lock)
+        else:
+            os.replace(lock.lock, lock.path)
         faults.hit("ref.renamed")
-        self.flush.commit(os.path.dirname(lock.path))
+        flush.commit(os.path.dirname(lock.path))
         for directory in sorted(lock.created, key=len, reverse=True):
-            self.flush.directory(directory)
+            flush.directory(directory)
 

@@ -84,6 +84,26 @@ class FastFlush(Flush):
         return None  # carried by the journal commit of ``commit``
 
 
+class Deferred(Flush):
+    """No flush at all: for a write a write-ahead log already made durable (the
+    checkpointer's, gitstate/threads/wal.py, flushes its record first and these files at its
+    checkpoint, and puts them back from the record after a crash)."""
+
+    mode = "deferred"
+
+    def data(self, fd: int) -> None:
+        return None
+
+    def data_all(self, fds: list[int]) -> None:
+        return None
+
+    def directory(self, path: str | Path) -> None:
+        return None
+
+    def commit(self, path: str | Path) -> None:
+        return None
+
+
 def flush_for(mode: str, path: Path) -> Flush:
     """The flushes for ``mode`` (``auto``: decided from the file system at ``path``)."""
     if mode == "auto":
@@ -227,6 +247,23 @@ def _fsync_forever(jobs: queue.SimpleQueue[_Job]) -> None:
             done.put(exc)
         else:
             done.put(None)
+
+
+def fsync_paths(paths: list[str], at_once: int = 16) -> None:
+    """fsync each existing file or directory of ``paths`` (one vanished since, a pack
+    folded into another, is skipped), ``at_once`` at the same time."""
+    for start in range(0, len(paths), at_once):
+        fds = []
+        try:
+            for path in paths[start:start + at_once]:
+                try:
+                    fds.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+                except FileNotFoundError:
+                    continue
+            fsync_all(fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
 
 
 def fsync_dir(path: str | Path) -> None:

@@ -118,6 +118,20 @@ _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
 
+def exchange(a: str, b: str) -> bool:
+    """Trade the names ``a`` and ``b`` (both must exist) in one ``renameat2
+    (RENAME_EXCHANGE)``; False where the system or file system cannot (nothing moved)."""
+    if _RENAMEAT2 is None:
+        return False
+    if _RENAMEAT2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE):
+        code = ctypes.get_errno()
+        if code not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV,
+                        errno.ENOENT):
+            raise OSError(code, os.strerror(code), b)
+        return False
+    return True
+
+
 def swap_write(path: Path | str, data: bytes, spare: Path | str) -> None:
     """Replace the bytes of ``path``, a re-derivable file, as ``atomic_write`` does for a
     reader (old bytes or new, never a mix), at a fraction of its cost: ``data`` goes into a

@@ -117,7 +117,9 @@ class Journal:
     def _scan(self) -> tuple[int | None, list[Write], int]:
         """(generation, records and fold marks, offset after the last one)."""
         try:
-            data = safefile.read_regular(self.path, JOURNAL_MAX_BYTES)
+            # (sole: a journal is gitstate's own; a hard link to a file elsewhere is refused
+            # before its bytes could be taken for pending writes or written over)
+            data = safefile.read_regular(self.path, JOURNAL_MAX_BYTES, sole=True)
         except FileNotFoundError:
             return None, [], 0
         gen: int | None = None

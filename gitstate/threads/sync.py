@@ -31,6 +31,7 @@ from ..system import locking
 from .check import check_thread, parse_ref
 from .format import PREFIX, check_ids, check_new_thread, digest
 from .journal import Journal
+from .wal import Shard, shard_of
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -96,8 +97,14 @@ def asked(store: GitStore, threads: Threads) -> list[str]:
 
 def pending(store: GitStore, thread_id: str) -> bool:
     """Whether the thread has pending writes not yet in a commit."""
-    return bool(Journal(store.git_dir / layout.THREAD_JOURNAL_FILE.format(
-        digest=digest(thread_id))).read())
+    if Journal(store.git_dir / layout.THREAD_JOURNAL_FILE.format(
+            digest=digest(thread_id))).read():
+        return True
+    shard = Shard(store.git_dir, shard_of(digest(thread_id)))
+    try:
+        return bool(shard.pending_of(thread_id))
+    finally:
+        shard.close()
 
 
 def push(store: GitStore, url: str, threads: Threads,

@@ -25,8 +25,9 @@ from gitstate.core import layout
 from gitstate.core.trailers import encode_json
 from gitstate.langgraph import PREFIX, GitCheckpointSaver, enc
 from gitstate.store.trees import BlobRef, Change
+from gitstate.threads import sync as lgsync
+from gitstate.threads import wal as lgwal
 from gitstate.threads.format import typed
-from gitstate.threads.journal import Journal
 from tests.helpers import GIT, assert_fsck_clean, git
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,9 +116,7 @@ def test_pending_writes_of_a_killed_writer_are_read_and_then_committed(tmp_path:
                                                        .pending_writes or [])
         commits = saver.commit_pending_writes("t")  # what a push would need
         assert len(commits) == 1 and saver.store.parents(commits[0]) == (head,)
-        journal = saver.store.git_dir / layout.THREAD_JOURNAL_FILE.format(
-            digest=hashlib.sha256(b"t").hexdigest()[:24])
-        assert Journal(journal).read() == []  # folded: nothing pending any more
+        assert not lgsync.pending(saver.store, "t")  # folded: nothing pending any more
         again = saver.get_tuple(_conf("t", cid))
         assert again is not None and sorted(again.pending_writes or []) == sorted(
             tup.pending_writes or [])
@@ -230,27 +229,34 @@ def test_a_thread_of_the_earlier_layout_is_read_and_continued(tmp_path: Path) ->
             assert_fsck_clean(saver.repo.state_dir)
 
 
-def test_the_journal_is_rewritten_in_place_and_a_torn_record_ends_it(tmp_path: Path) -> None:
+def _logs(saver: GitCheckpointSaver, thread: str) -> list[Path]:
+    shard = lgwal.shard_of(hashlib.sha256(thread.encode()).hexdigest()[:24])
+    return [saver.store.git_dir / lgwal.LOG_FILE.format(shard=shard, half=h) for h in (0, 1)]
+
+
+def test_the_log_is_written_in_place_and_a_torn_record_ends_it(tmp_path: Path) -> None:
     with GitCheckpointSaver(tmp_path / "agent") as saver:
-        journal = saver.store.git_dir / layout.THREAD_JOURNAL_FILE.format(
-            digest=hashlib.sha256(b"t").hexdigest()[:24])
         parent = None
-        sizes = []
         for i in range(30):
             parent = _put(saver, "t", parent, i)
             saver.put_writes(_conf("t", parent), [("k", f"w{i}"), ("x", i)], f"task-{i}")
-            sizes.append(journal.stat().st_size)
-        assert max(sizes) < sizes[1] + 32  # a new generation from offset 0 each super-step
+        first, second = _logs(saver, "t")
+        assert first.stat().st_size == lgwal.PREALLOC  # written in place, never grown
+        assert not second.exists()  # no checkpoint yet: 30 commits
         tup = saver.get_tuple(_conf("t"))
         assert tup is not None and sorted(tup.pending_writes or []) == [
             ("task-29", "k", "w29"), ("task-29", "x", 29)]
-        data = bytearray(journal.read_bytes())
-        data[len(data) // 2] ^= 0xFF  # the second record torn: the first one stays
-        journal.write_bytes(bytes(data))
+    # closing checkpointed the log: the second file took over with the pending writes
+    data = bytearray(second.read_bytes())
+    at = data.rindex(b'"channel":"x"')  # the last put_writes' second record
+    data[at + 2] ^= 0xFF
+    second.write_bytes(bytes(data))
+    with GitCheckpointSaver(tmp_path / "agent") as saver:
         left = saver.get_tuple(_conf("t")).pending_writes or []
-        assert len(left) == 1
+        assert left == [("task-29", "k", "w29")]  # the torn record and nothing after it
         saver.put_writes(_conf("t", parent), [("k", "after")], "task-30")
         assert len(saver.get_tuple(_conf("t")).pending_writes or []) == 2
+        assert len(list(saver.list(_conf("t")))) == 30
 
 
 def test_the_windowed_secret_scan_finds_what_the_whole_scan_finds() -> None:

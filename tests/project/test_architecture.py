@@ -297,6 +297,7 @@ READ_OPENS = {
     ("gitstate.write.maintenance", "_stale"): "/proc/<pid>/stat, the kernel's: is the pid a zombie",
     ("gitstate.store.durability", "_device_name"): "/proc/self/mountinfo, the kernel's",
     ("gitstate.store.durability", "fsync_dir"): "a read-only descriptor, only to fsync it",
+    ("gitstate.store.durability", "fsync_paths"): "read-only descriptors, only to fsync them",
     ("gitstate.store.fs", "fsync_file"): "a read-only descriptor, only to fsync it",
     ("gitstate.store.base", "_fsync_dirs"): "a read-only descriptor, only to fsync it",
     ("gitstate.store.base", "ref"): "a loose ref, O_NOFOLLOW | O_NONBLOCK, fstat-checked",

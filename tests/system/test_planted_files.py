@@ -24,6 +24,7 @@ from gitstate.core.errors import GitStateError
 from gitstate.history import refusals
 from gitstate.system.config import Config
 from gitstate.system.safefile import NotRegular
+from gitstate.threads import wal as lgwal
 from gitstate.write import maintenance
 from tests.helpers import git
 
@@ -177,6 +178,7 @@ OPERATIONS: dict[str, Callable[[Path], None]] = {
     "state/.git/" + layout.RUN_CACHE_DIR + "/{run}.json": _run_event,
     "state/.git/" + layout.THREAD_LOCK_FILE: _thread,
     "state/.git/" + layout.THREAD_JOURNAL_FILE: _thread_writes,
+    "state/.git/" + layout.THREAD_LOG_FILE: _thread_writes,
     "state/.git/" + layout.THREAD_INDEX_FILE: _thread,
     "state/.git/" + layout.PRE_COMMIT_HOOK: _init_again,
     "state/.git/" + layout.EXCLUDE_FILE: _init_again,
@@ -221,7 +223,7 @@ def test_a_planted_file_is_never_written_through(tmp_path: Path, entry: str,
     victim.write_bytes(VICTIM)
     victim.chmod(0o600)
     before = victim.stat()
-    path = agent / entry.format(run=RUN, digest=DIGEST)
+    path = agent / entry.format(run=RUN, digest=DIGEST, shard=lgwal.shard_of(DIGEST), half=0)
     path.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         path.unlink()

@@ -24,6 +24,7 @@ from langgraph.types import Command
 from gitstate.api.repo import StateRepo
 from gitstate.core.errors import InvalidInput, Refused
 from gitstate.langgraph import GitCheckpointSaver, enc
+from gitstate.threads import sync as lgsync
 from gitstate.threads.check import check_thread
 from tests.helpers import GIT, assert_fsck_clean, git, install_pre_receive
 from tests.lg_graph import build
@@ -103,7 +104,7 @@ def test_cli_push_commits_pending_writes_first(tmp_path: Path) -> None:
         latest = saver.get_tuple(CONF)
         assert latest is not None
         saver.put_writes(latest.config, [("log", ["noted"])], "task-9")
-        assert saver._journal(THREAD).read()
+        assert lgsync.pending(saver.store, THREAD)
     out = run_cli("push", "--thread", THREAD, "--json", agent_dir=a)
     assert out.returncode == 0 and '"pending": []' in out.stdout, out.stdout
     assert git(bare, "log", "-1", "--format=%s", REF).stdout.startswith("pending writes of")
