@@ -5,8 +5,9 @@ Each saver is an owner (``owner_id``: host, process and 8 random bytes; processe
 name the same ``owner`` share one claim, a pool acting as one writer). It claims a
 thread at its first write to it, or by ``claim``: the claim is recorded in the thread's
 lock file (the bytes of ``gitstate-thread-<hash>.flock``; a JSON line with the claim's
-number, the owner and the time), written and fsynced with that lock held. Every checkpoint
-write of the thread runs under the same lock and first reads the record: a writer whose
+number, the owner and the time), written with that lock held (not flushed: a power loss
+leaves no writer alive to fence). Every checkpoint write of the thread runs under the
+same lock and first reads the record: a writer whose
 claim is no longer the recorded one has been superseded, and its write is refused
 (:class:`ThreadSuperseded`, rule ``thread.superseded``) before anything is written — so is
 every later write of that saver to the thread, until it claims the thread again.
@@ -164,7 +165,8 @@ class ThreadFence:
                                         at)}).encode() + b"\n"
         os.pwrite(fd, data, 0)
         os.ftruncate(fd, len(data))
-        os.fsync(fd)  # a claim is durable before the writes it allows
+        # not flushed: a claim must outlive a process, which the page cache gives; a power
+        # loss ends every writer that held the thread, and whoever writes it next claims it
         info = os.fstat(fd)
         self.seen[thread_id] = (data, (info.st_ino, info.st_ctime_ns), number)
         self.held[thread_id] = number
