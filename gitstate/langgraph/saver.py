@@ -6,8 +6,8 @@ tree is flat (gitstate/threads/format.py): ``checkpoint``, ``metadata``, ``chann
 per channel (an unchanged channel is the same blob as before, and ``git show`` of a
 checkpoint lists the channels that changed) and ``pending-writes``: the pending writes
 made since the ref's previous commit. ``put_writes`` makes no commit: its writes are
-appended to the thread's journal and flushed (gitstate/threads/journal.py), and the next
-checkpoint commit of the namespace carries them, so a super-step is one commit. The
+appended to the write-ahead log and flushed (gitstate/threads/wal.py), and the next checkpoint
+commit of the namespace carries them, so a super-step is one commit. The
 message is a summary line and trailers: ``Gitstate-Checkpoint``,
 ``Gitstate-Parent-Checkpoint`` (LangGraph's parent, which differs from the git parent after
 a fork), ``Gitstate-Source``, ``Gitstate-Step``, ``Gitstate-Run-Id``, ``Gitstate-Latest``,
@@ -16,10 +16,12 @@ a fork), ``Gitstate-Source``, ``Gitstate-Step``, ``Gitstate-Run-Id``, ``Gitstate
 trees and a ``writes`` ref) are read as they are and continue in this one.
 
 Commits go through the store's commit path (the packfmt serializer, the ref's lock taken
-and compared first, pack, index and lock flushed together). The checkpoint index beside the
-refs (gitstate/langgraph/index.py) finds a checkpoint's commit and answers ``list`` without walking
-history. After each put, outside the lock, small packs are folded and, past a threshold,
-background maintenance is started (gitstate/write/maintenance.py), as main's writes do.
+and compared first); a put is durable by one flush of its record in the write-ahead log,
+its git files written unflushed, checkpointed and replayed by the log (gitstate/threads/wal.py).
+The checkpoint index beside the refs (gitstate/langgraph/index.py) finds a checkpoint's commit and
+answers ``list`` without walking history. After each put, outside the lock, due log
+shards are checkpointed, small packs are folded and, past a threshold, background
+maintenance is started (gitstate/write/maintenance.py), as main's writes do.
 
 Deletes keep the audit trail: ``delete_thread`` (and ``prune(strategy="delete")``) move the
 thread's refs to ``refs/gitstate/archive/threads/<thread>/<time>/...`` instead of dropping
@@ -29,9 +31,9 @@ checkpoints they hide stay in history. ``copy_thread`` points the target's refs 
 source's commits (nothing is copied, the history is shared).
 
 A thread has its own kernel lock (``.git/gitstate-thread-<hash>.flock``), so writers of
-different threads never wait for each other, and a ref moves only by compare-and-swap, so
-two writers of one thread never lose a checkpoint. The async methods run the sync ones in a
-worker thread.
+different threads wait for each other only for a log shard's flush, and a ref moves only
+by compare-and-swap, so two writers of one thread never lose a checkpoint. The async
+methods run the sync ones in a worker thread (gitstate/langgraph/asyncapi.py).
 """
 
 from __future__ import annotations
@@ -342,9 +344,8 @@ class GitCheckpointSaver(ThreadReads, InWorkerThread):
             if self._closing:
                 return
             with contextlib.suppress(Exception):  # never the put's failure
-                with self.mutex:
-                    for shard in [s for s in self.wal.shards.values() if s.due()]:
-                        self.wal.checkpoint(shard)
+                for shard in [s for s in list(self.wal.shards.values()) if s.due()]:
+                    self.wal.checkpoint(shard, self.mutex)  # fsyncs without the mutex
                 self.store.consolidate()
                 rounds += 1
                 if rounds % 8 == 0:

@@ -33,6 +33,7 @@ import os
 import struct
 import zlib
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -306,22 +307,38 @@ class WriteAheadLog:
         return [self.shard(f"{n:08x}") for n in range(SHARDS)
                 if os.path.lexists(self.store.git_dir / LOG_FILE.format(shard=n, half=0))]
 
-    def checkpoint(self, shard: Shard) -> None:
+    def checkpoint(self, shard: Shard, lock: AbstractContextManager[Any] | None = None
+                   ) -> None:
         """Make durable in git what the active file's commits wrote, then restart the log
-        in the other file (the writes still pending carried over)."""
-        with shard.locked():
-            if not shard.commits:
-                return
-            git, packs = self.store.git_path, self.store.pack_dir
-            files: set[str] = set()
-            dirs: set[str] = {packs}
-            for c in shard.commits:
-                files |= {f"{packs}/{c.pack}.pack", f"{packs}/{c.pack}.idx", f"{git}/{c.ref}"}
-                parts = c.ref.split("/")[:-1]
-                dirs |= {"/".join([git, *parts[:i]]) for i in range(1, len(parts) + 1)}
-            fsync_paths(sorted(files))
-            fsync_paths(sorted(dirs))
+        in the other file (the writes still pending carried over). ``lock`` (the saver's
+        mutex) is held only to read the log and to restart it: the fsyncs of what was
+        logged before run without it, so writers go on meanwhile; only what they logged
+        in between is flushed with the shard's lock held."""
+        guard = lock or contextlib.nullcontext()
+        with guard, shard.locked():
+            seq, done = shard.seq, list(shard.commits)
+        if not done:
+            return
+        self._flush(done)
+        with guard, shard.locked():
+            if shard.seq != seq:
+                return  # restarted by another process meanwhile
+            self._flush(shard.commits[len(done):])
             shard.restart()
+
+    def _flush(self, commits: list[Logged]) -> None:
+        """fsync every file and directory the commits wrote into git."""
+        if not commits:
+            return
+        git, packs = self.store.git_path, self.store.pack_dir
+        files: set[str] = set()
+        dirs: set[str] = {packs}
+        for c in commits:
+            files |= {f"{packs}/{c.pack}.pack", f"{packs}/{c.pack}.idx", f"{git}/{c.ref}"}
+            parts = c.ref.split("/")[:-1]
+            dirs |= {"/".join([git, *parts[:i]]) for i in range(1, len(parts) + 1)}
+        fsync_paths(sorted(files))
+        fsync_paths(sorted(dirs))
 
     def replay(self, shard: Shard, ref: str | None = None) -> list[str]:
         """Put back into git what the active file holds and git lacks (every ref's, or
