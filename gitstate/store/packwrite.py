@@ -55,6 +55,13 @@ def build_raw(objects: Iterable[tuple[bytes, int, bytes]],
     return f"pack-{checksum.hex()}", pack, index
 
 
+def build_entries(entries: dict[bytes, bytes], fmt: ObjectFormat
+                  ) -> tuple[str, bytes, bytes]:
+    """A pack of raw entries (name -> entry, copied as they are) and its index."""
+    pack, index, checksum = packfmt.pack(sorted(entries.items()), fmt.hash_func)
+    return f"pack-{checksum.hex()}", pack, index
+
+
 class Staged:
     """A pack and its index written under temporary names, their writeback started, not
     yet flushed or named (:func:`stage`, then :func:`publish` or :meth:`discard`)."""
@@ -303,11 +310,19 @@ def raw_entries(base: Path, fmt: ObjectFormat) -> dict[bytes, bytes] | None:
     try:
         index = (base.parent / (base.name + ".idx")).read_bytes()
         data = (base.parent / (base.name + ".pack")).read_bytes()
-        positions = sorted((offset, sha, crc) for sha, offset, crc in
-                           packfmt.read_index_v2(index, fmt.oid_length))
-    except (OSError, ValueError):
+    except OSError:
         return None
-    end = len(data) - fmt.oid_length  # the pack's trailing checksum
+    return entries_of(data, index, fmt.oid_length)
+
+
+def entries_of(data: bytes, index: bytes, oid_length: int) -> dict[bytes, bytes] | None:
+    """``raw_entries`` of a pack and its index given as bytes."""
+    try:
+        positions = sorted((offset, sha, crc) for sha, offset, crc in
+                           packfmt.read_index_v2(index, oid_length))
+    except ValueError:
+        return None
+    end = len(data) - oid_length  # the pack's trailing checksum
     out: dict[bytes, bytes] = {}
     for n, (offset, sha, crc) in enumerate(positions):
         stop = positions[n + 1][0] if n + 1 < len(positions) else end
@@ -321,9 +336,7 @@ def raw_entries(base: Path, fmt: ObjectFormat) -> dict[bytes, bytes] | None:
 
 def _replace(pack_dir: Path, old: list[str], entries: dict[bytes, bytes],
              fmt: ObjectFormat) -> int:
-    # the entries are copied as they are (no inflating, no compressing)
-    pack, index, checksum = packfmt.pack(sorted(entries.items()), fmt.hash_func)
-    name = f"pack-{checksum.hex()}"
+    name, pack, index = build_entries(entries, fmt)  # copied as they are (no inflating)
     write(pack_dir, name, pack, index, Flush(), phase="merge")  # durable before removing
     faults.hit("merge.written")
     for stale in old:

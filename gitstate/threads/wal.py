@@ -311,34 +311,57 @@ class WriteAheadLog:
                    ) -> None:
         """Make durable in git what the active file's commits wrote, then restart the log
         in the other file (the writes still pending carried over). ``lock`` (the saver's
-        mutex) is held only to read the log and to restart it: the fsyncs of what was
-        logged before run without it, so writers go on meanwhile; only what they logged
-        in between is flushed with the shard's lock held."""
+        mutex) is held only to read the log and to restart it: what was logged before is
+        flushed without it, so writers go on meanwhile; only what they logged in between
+        is flushed with the shard's lock held."""
         guard = lock or contextlib.nullcontext()
         with guard, shard.locked():
-            seq, done = shard.seq, list(shard.commits)
+            seq = shard.seq
+            done = [(c, *shard.body(c)) for c in shard.commits]
         if not done:
             return
         self._flush(done)
         with guard, shard.locked():
             if shard.seq != seq:
                 return  # restarted by another process meanwhile
-            self._flush(shard.commits[len(done):])
+            self._flush([(c, *shard.body(c)) for c in shard.commits[len(done):]])
             shard.restart()
 
-    def _flush(self, commits: list[Logged]) -> None:
-        """fsync every file and directory the commits wrote into git."""
+    def _flush(self, commits: list[tuple[Logged, bytes, bytes]]) -> None:
+        """Make the commits' git files durable: their objects as one pack, written and
+        fsynced, and the small packs they were written in removed (or, when a repack holds
+        the packs still, fsynced too); every ref and directory they wrote fsynced."""
         if not commits:
             return
         git, packs = self.store.git_path, self.store.pack_dir
-        files: set[str] = set()
+        entries: dict[bytes, bytes] = {}
+        files = {f"{git}/{c.ref}" for c, _p, _i in commits}
+        small = set()
+        for c, pack, index in commits:
+            got = packwrite.entries_of(pack, index, len(c.new) // 2)
+            if got is None:  # (not one this saver wrote): flushed as it is
+                files |= {f"{packs}/{c.pack}.pack", f"{packs}/{c.pack}.idx"}
+                continue
+            entries |= got
+            small.add(c.pack)
+        fmt = self.store.repo.object_store.object_format
+        merged, data, index = packwrite.build_entries(entries, fmt)
+        packwrite.write(packs, merged, data, index, Flush(), phase="wal")
         dirs: set[str] = {packs}
-        for c in commits:
-            files |= {f"{packs}/{c.pack}.pack", f"{packs}/{c.pack}.idx", f"{git}/{c.ref}"}
+        with locking.attempt(self.store.git_dir / layout.REPACK_LOCK_FILE) as free:
+            for name in sorted(small - {merged}):
+                if free:  # the objects are in the merged pack: the small ones can go
+                    for suffix in (".idx", ".pack"):  # the index first: readers skip it
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(f"{packs}/{name}{suffix}")
+                else:
+                    files |= {f"{packs}/{name}.pack", f"{packs}/{name}.idx"}
+        for c, _p, _i in commits:
             parts = c.ref.split("/")[:-1]
             dirs |= {"/".join([git, *parts[:i]]) for i in range(1, len(parts) + 1)}
         fsync_paths(sorted(files))
         fsync_paths(sorted(dirs))
+        self.store.refresh_objects()
 
     def replay(self, shard: Shard, ref: str | None = None) -> list[str]:
         """Put back into git what the active file holds and git lacks (every ref's, or
