@@ -190,7 +190,7 @@ def _fresh(tree: Tree, message: bytes) -> tuple[Tree, bytes]:
     writes): whatever else the forgery changed is all that is wrong."""
     from gitstate.threads.format import checkpoint_head, checkpoint_message, parse_trailers
 
-    head = json.loads(parse_trailers(message)["Checkpoint"])
+    head = json.loads(parse_trailers(message)["Latest"])
     new = _NEXT
     if b"pending-writes" in tree:
         del tree[b"pending-writes"]
@@ -235,7 +235,7 @@ def _pending_call(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
     from gitstate.threads.format import checkpoint_head, checkpoint_message, parse_trailers
 
     tree, _ = _fresh(tree, message)
-    head = json.loads(parse_trailers(message)["Checkpoint"])
+    head = json.loads(parse_trailers(message)["Latest"])
     new = _NEXT
     write = lgjournal.Write(new, "", "task-1", "~__pregel_pull, n", "order", 0, "msgpack",
                             _CALL)
@@ -249,7 +249,7 @@ def _smuggled(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
     trailer: a reader splitting there would rewind the thread."""
     from gitstate.threads.format import parse_trailers
 
-    first = json.loads(parse_trailers(message)["Checkpoint"])
+    first = json.loads(parse_trailers(message)["Latest"])
     tree, fresh = _fresh(tree, message)
     summary, _, rest = fresh.partition(b"\n")
     smuggled = f'\x1cGitstate-Prune-Keep: ["{first}"]\x1c'.encode()
