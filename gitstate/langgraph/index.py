@@ -148,8 +148,8 @@ class CheckpointIndex:
     def added(self, name: str, thread: str, ns: str, base: str | None, head: str,
               entries: list[Entry]) -> None:
         """A writer's new commit on ``name`` (from ``base``)."""
-        if base is None:  # a new ref: all its entries (an "add" names no thread, no ns)
-            self.reset(name, thread, ns, head, entries)
+        if base is None:  # a new ref: all its entries (an "add" names no thread, no ns),
+            self.reset(name, thread, ns, head, entries, head)  # its one commit the saver's
             return
         # the entries' commit is the new head; the base is named by a prefix (a reader
         # compares it with the head it knows, and every head with the ref itself)

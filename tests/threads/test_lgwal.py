@@ -23,7 +23,7 @@ from gitstate.langgraph import GitCheckpointSaver
 from gitstate.threads import wal as lgwal
 from tests.helpers import GIT, assert_fsck_clean, git
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 WRITER = """
 import sys
