@@ -7,7 +7,7 @@ the state at chosen instants (reportdata.instants), listed by ``at/index.html``.
 ``index.html`` lists every agent under it and each agent's site goes to ``agents/<agent>/``.
 
 The site is built whole in a fresh directory beside DIR and renamed into place
-(safefile.publish_tree): nothing is written inside a directory gitstate did not just make,
+(publish.publish_tree): nothing is written inside a directory gitstate did not just make,
 so no link planted there is followed, and a browser never reads a half site. DIR must be
 absent, empty, or (with ``force``) a site written before holding exactly what it listed;
 a site written before without ``force`` is refused (``report.out_exists``), anything else
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import UsageError, disk_full
-from ..system import safefile
+from ..system import publish
 from . import data as reportdata
 from . import html as htmlreport
 
@@ -45,9 +45,9 @@ def _publish(out: Path, pages: dict[str, str], progress: Progress | None,
             progress(f"{i}/{len(pages)} pages")
 
     try:
-        safefile.publish_tree(out, {rel: text.encode("utf-8") for rel, text in pages.items()},
+        publish.publish_tree(out, {rel: text.encode("utf-8") for rel, text in pages.items()},
                               tick, replace=force)
-    except safefile.OutputRefused as exc:
+    except publish.OutputRefused as exc:
         hint = "; pass --force to replace it" if exc.rule == "report.out_exists" else ""
         raise UsageError(f"{exc}{hint}", rule=exc.rule) from exc
     except OSError as exc:
