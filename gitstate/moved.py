@@ -98,12 +98,14 @@ MOVED = {  # old module -> its new home
     "gitstate.values": "gitstate.core.values",
 }
 
-FORWARDED = {  # a package that took an old module's name -> where that module went
-    "gitstate.approvals": "gitstate.approvals.steps",
-    "gitstate.audit": "gitstate.audit.views",
-    "gitstate.langgraph": "gitstate.langgraph.saver",
-    "gitstate.report": "gitstate.report.build",
-    "gitstate.runs": "gitstate.runs.model",
+# a package that took an old module's name -> the modules that module's names went to
+# (split since: a name is looked up in each in turn, so one that another imports comes first)
+FORWARDED = {
+    "gitstate.approvals": ("gitstate.approvals.steps", "gitstate.approvals.recorded"),
+    "gitstate.audit": ("gitstate.audit.views",),
+    "gitstate.langgraph": ("gitstate.langgraph.saver",),
+    "gitstate.report": ("gitstate.report.build",),
+    "gitstate.runs": ("gitstate.runs.model",),
 }
 
 
@@ -177,12 +179,11 @@ def forward(package: str, name: str) -> Any:
     import importlib
     import importlib.util
 
-    old_home = FORWARDED[package]
     if name.startswith("__") or importlib.util.find_spec(f"{package}.{name}") is not None:
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
-    try:
-        value = getattr(importlib.import_module(old_home), name)
-    except AttributeError:
-        raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
-    _warn(f"{package}.{name}", f"{old_home}.{name}")
-    return value
+    for home in FORWARDED[package]:
+        module = importlib.import_module(home)
+        if hasattr(module, name):
+            _warn(f"{package}.{name}", f"{home}.{name}")
+            return getattr(module, name)
+    raise AttributeError(f"module {package!r} has no attribute {name!r}")

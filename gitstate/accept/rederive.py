@@ -1,7 +1,7 @@
 """The one rule's re-derivation of a main commit (docs/security.md): the change gitstate's
 own planner makes, at the parent's state and schema and at the commit's time, for what the
 commit records — a set by ``planners.plan_set``, a schema change by ``plan_schema``, a revert
-by ``revert.plan_revert``, an approval step by ``approvals.replan``, and so on — and the
+by ``revert.plan_revert``, an approval step by ``recorded.replan``, and so on — and the
 comparison of the commit's message with that change's message, byte for byte, each
 difference refused by a named rule. ``foreign.check_range`` calls it for every commit."""
 
@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..approvals import steps as approvals
+from ..approvals.recorded import replan
 from ..core import rules
 from ..core.errors import InvalidInput, Refused
 from ..core.layout import SCHEMA_FILE, STATE_FILE
@@ -263,10 +264,10 @@ def _rederive_approval(store: GitStore, base: Base, change: Change) -> Change:
         except InvalidInput as exc:
             raise ValueError(exc.message) from exc
 
-    plan = approvals.replan(base, change.key, step, change.new, reason=change.reason,
-                            actor=change.actor, state_at=state_at,
-                            finished=approval_life.finished_in(store, base.commit),
-                            retire=approval_life.RETIRED in dict(change.extra))
+    plan = replan(base, change.key, step, change.new, reason=change.reason,
+                  actor=change.actor, state_at=state_at,
+                  finished=approval_life.finished_in(store, base.commit),
+                  retire=approval_life.RETIRED in dict(change.extra))
     if step in ("approve", "deny") and isinstance(change.new, dict):
         _check_decided_on(store, base.commit, change.key, change.new)
     wanted = plan.change

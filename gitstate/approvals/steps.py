@@ -23,13 +23,14 @@ its expiry, so an expired approval also leaves the rendered section, and the age
 pending approvals there, never able to decide them: an ``approval.*`` key is written only
 through these planners (``rules.check_writable``). A denial, a spend and an outcome retire
 their record from the key table, a request every expired one (gitstate/history/approvals.py).
+A step that a commit from elsewhere records is re-derived with these same planners
+(gitstate/approvals/recorded.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -47,9 +48,7 @@ from ..history.approvals import FINAL_STEPS, RETIRED, Finished, expired_keys, wi
 from ..write.planners import Base, Plan
 
 PREFIX = "approval."
-STATUSES = ("pending", "approved", "denied", "consumed")
 TRAILER = "Approval"  # Gitstate-Approval: request | approve | deny | consume | outcome
-_COMMIT = re.compile(r"[0-9a-f]{40}")
 ERROR_MAX_CHARS = 500  # of a failed call's error, in its outcome record
 
 
@@ -119,63 +118,6 @@ def plan_request_for(base: Base, *, tool: str, args: Any, reason: str, actor: st
                         retire=retire)
 
 
-def replan(base: Base, key: str, step: str, recorded: Any, *, reason: str,
-           actor: str, state_at: Callable[[str], State] | None = None,
-           finished: Finished | None = None, retire: bool = True) -> Plan:
-    """The plan this machine's own planners make for an approval step a commit from
-    elsewhere records (``Gitstate-Approval: step`` on ``key``, its value ``recorded``), at
-    the commit's parent and time. The one rule (gitstate/accept/main.py) accepts the commit only
-    when this plan's change is the commit's; a step no planner would make here is refused
-    with the planner's own rule (expired, decided, not runnable, not required).
-
-    The writer role is not part of a commit on main: a decision is re-derived as by a writer
-    its policy names, and who may claim that role is the trust rules' business. A spend
-    goes through the same ``void_if_changed`` check as a local one (``state_at``: the
-    reader of main's state at a commit); a consume record without ``consumed_by`` (written
-    by a gitstate from before that field) is planned without it. ``finished`` reads a
-    retired record back from the history; ``retire`` False plans a step as a gitstate from
-    before retirement wrote it (the record stays in the state)."""
-    if not isinstance(recorded, dict):
-        raise InvalidInput(f"{key}: not an approval record", rule="approval.invalid")
-    policies = dict(base.schema.approvals) if base.schema else {}
-    if step == "request":
-        if not isinstance(recorded.get("tool"), str) or not isinstance(recorded.get("args"),
-                                                                       dict):
-            raise InvalidInput(f"{key}: a request freezes a tool and its arguments",
-                               rule="approval.invalid")
-        return plan_request_for(base, tool=recorded["tool"], args=recorded["args"],
-                                reason=reason, actor=actor, retire=retire)
-    if step in ("approve", "deny"):
-        policy = policies.get(str(recorded.get("tool")))
-        writer = policy.writers[0] if policy and policy.writers else "human"
-        # the commit the decider saw stays what it was when a push re-applies the decision
-        # on a newer parent; a record without one (an older gitstate's) is planned without
-        seen = recorded.get("decided_on")
-        if seen is not None and (not isinstance(seen, str) or not _COMMIT.fullmatch(seen)):
-            raise InvalidInput(f"{key}: decided_on must be a commit id",
-                               rule="approval.invalid")
-        return plan_decide(base, policies, writer, approval_id=key, approve=step == "approve",
-                           reason=reason, actor=actor, decided_on=seen,
-                           record_commit="decided_on" in recorded, finished=finished,
-                           retire=retire)
-    if step == "consume":
-        plan = plan_consume(base, approval_id=key, tool=None, args=None, reason=reason,
-                            actor=actor, state_at=state_at, finished=finished, retire=retire)
-        if "consumed_by" not in recorded:  # an older writer's record
-            value = {k: v for k, v in plan.change.new.items() if k != "consumed_by"}
-            plan = _plan(base, key, value, reason, actor, plan.change.expires_at, "consume",
-                         [key] if retire else [])
-        return plan
-    if step == "outcome":
-        error = recorded.get("error")
-        if not isinstance(error, str):
-            raise InvalidInput(f"{key}: an outcome records the call's error",
-                               rule="approval.invalid")
-        return plan_outcome(base, approval_id=key, error=error, reason=reason, actor=actor,
-                            finished=finished, retire=retire)
-    raise InvalidInput(f"{key}: {step!r} is not an approval step", rule="approval.invalid")
-
-
 def plan_decide(base: Base, policy_for: dict[str, Policy], writer: str, *, approval_id: str,
                 approve: bool, reason: str, actor: str, decided_on: str | None = None,
                 record_commit: bool = True, finished: Finished | None = None,
@@ -207,10 +149,12 @@ def plan_decide(base: Base, policy_for: dict[str, Policy], writer: str, *, appro
 
 def plan_consume(base: Base, *, approval_id: str, tool: str | None, args: Any, reason: str,
                  actor: str, state_at: Callable[[str], State] | None = None,
-                 finished: Finished | None = None, retire: bool = True) -> Plan:
+                 finished: Finished | None = None, retire: bool = True,
+                 record_consumer: bool = True) -> Plan:
     """Spend an approved, unexpired approval; ``tool`` and ``args`` None: the call it froze.
     The spend retires the record (gitstate/history/approvals.py).
-    The record names who spent it (``consumed_by``). Given ``state_at`` (a reader of the
+    The record names who spent it (``consumed_by``; ``record_consumer`` False: planned as a
+    gitstate from before that field wrote it). Given ``state_at`` (a reader of the
     state at a commit), the policy's ``void_if_changed`` keys are compared between the
     commit the decision was made on and the base: one that changed voids the spend."""
     key, entry, value = _record(base.state, approval_id, finished)
@@ -244,8 +188,11 @@ def plan_consume(base: Base, *, approval_id: str, tool: str | None, args: Any, r
                           "in void_if_changed); request and decide it again",
                           rule="approval.void", approval_id=key[len(PREFIX):], key=changed,
                           decided_on=seen)
-    return _plan(base, key, {**value, "status": "consumed", "consumed_by": actor}, reason,
-                 actor, entry.expires_at, "consume", [key] if retire else [], entry)
+    spent = {**value, "status": "consumed", "consumed_by": actor}
+    if not record_consumer:
+        del spent["consumed_by"]
+    return _plan(base, key, spent, reason, actor, entry.expires_at, "consume",
+                 [key] if retire else [], entry)
 
 
 def voiding_key(policy: Policy | None, then: State, now: State) -> str | None:
@@ -393,37 +340,3 @@ def _verdict_for(key: str, entry: Entry, value: dict[str, Any], tool: str, args:
 
 def _text(value: Any) -> str:
     return "(absent)" if value is None else json.dumps(value, ensure_ascii=False)
-
-
-def check_transition(key: str, old: Any, new: Any, step: str | None) -> None:
-    """A commit from elsewhere that sets ``approval.*``: it must carry the step trailer, and
-    the step must be a legal move (request makes pending; approve/deny decide a pending one
-    without touching the call; consume spends an approved one; outcome records, once, that
-    a consumed one's call failed)."""
-    if step is None:
-        raise InvalidInput(f"{key} set without a {TRAILER} step", rule="approval.reserved")
-    if not isinstance(new, dict) or new.get("status") not in STATUSES:
-        raise InvalidInput(f"{key}: not an approval record", rule="approval.invalid")
-    _text, digest = frozen(new.get("args"))
-    if digest != new.get("args_sha256"):
-        raise InvalidInput(f"{key}: the arguments do not hash to args_sha256",
-                           rule="approval.invalid")
-    wanted = {"request": (None, "pending"), "approve": ("pending", "approved"),
-              "deny": ("pending", "denied"), "consume": ("approved", "consumed"),
-              "outcome": ("consumed", "consumed")}.get(step)
-    before = old.get("status") if isinstance(old, dict) else None
-    if wanted is None or (before, new.get("status")) != wanted:
-        raise InvalidInput(f"{key}: {step} from {before} to {new.get('status')} is not a legal "
-                           "step", rule="approval.invalid")
-    if isinstance(old, dict) and any(
-            canonical(old.get(f), canonical_text) != canonical(new.get(f), canonical_text)
-            for f in ("tool", "args", "args_sha256")):
-        raise InvalidInput(f"{key}: a decision changed the frozen call", rule="approval.invalid")
-    seen = new.get("decided_on")
-    if step in ("approve", "deny") and seen is not None and (
-            not isinstance(seen, str) or not _COMMIT.fullmatch(seen)):
-        raise InvalidInput(f"{key}: decided_on must be a commit id", rule="approval.invalid")
-    if step == "outcome" and (not isinstance(old, dict) or old.get("outcome") is not None
-                              or new.get("outcome") != "failed"):
-        raise InvalidInput(f"{key}: an outcome is recorded once, as failed",
-                           rule="approval.invalid")
