@@ -3,7 +3,7 @@ own planner makes, at the parent's state and schema and at the commit's time, fo
 commit records — a set by ``planners.plan_set``, a schema change by ``plan_schema``, a revert
 by ``revert.plan_revert``, an approval step by ``recorded.replan``, and so on — and the
 comparison of the commit's message with that change's message, byte for byte, each
-difference refused by a named rule. ``foreign.check_range`` calls it for every commit."""
+difference refused by a named rule. ``main.check_range`` calls it for every commit."""
 
 from __future__ import annotations
 

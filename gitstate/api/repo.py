@@ -147,7 +147,7 @@ class StateRepo(ApprovalMethods, RunMethods, ThreadTravel):
     @classmethod
     def clone(cls, url: str, agent_dir: str | Path, *, writer: str = "runtime") -> StateRepo:
         """A new agent directory from an existing remote state repository; every remote
-        commit is checked like a local write first (``foreign``)."""
+        commit is checked like a local write first (``accept.main``)."""
         remote = clone(url, Path(agent_dir))
         repo = cls(agent_dir, writer=writer)
         repo.rebuild_history()

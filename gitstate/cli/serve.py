@@ -13,7 +13,7 @@ from .context import Ctx
 
 
 class McpCommand(click.Command):
-    """`mcp`, whose help lists the tools from the server's own list (mcp_tools.tools), so
+    """`mcp`, whose help lists the tools from the server's own list (gitstate/mcp/tools.py), so
     the help cannot fall behind the server; loaded only when that help is shown."""
 
     def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

@@ -113,8 +113,8 @@ class HandoffTooLarge(Refused):
 
 
 class ThreadSuperseded(Refused):
-    """Another writer claimed the LangGraph thread since this one did (lgfence.py): the
-    write was refused and nothing of it was written."""
+    """Another writer claimed the LangGraph thread since this one did
+    (gitstate/langgraph/fence.py): the write was refused and nothing of it was written."""
 
     rule = "thread.superseded"
 

@@ -40,7 +40,7 @@ THREADS_ARCHIVE_PREFIX = "refs/gitstate/archive/threads/"  # + thread/time/...: 
 # -- ref namespaces: name -> pattern (a regular expression the whole name must match) -------
 RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"  # ".." and a ".lock" end: git's rules
 ORIGIN_ID_PATTERN = r"[0-9a-f]{16}"  # a journal's origin: 8 random bytes, lowercase hex
-_THREAD_PART = r"[A-Za-z0-9_%+-]{1,121}"  # langgraph.enc's output
+_THREAD_PART = r"[A-Za-z0-9_%+-]{1,121}"  # threads.format.enc's output
 NAMESPACES: dict[str, str] = {
     "main": BRANCH,
     "runs": RUNS_PREFIX + RUN_ID_PATTERN,
@@ -104,7 +104,7 @@ def stray_files(state_dir: str | os.PathLike[str]) -> list[str]:
 LOCK_FILE = "gitstate.lock"  # the kernel write lock (flock)
 REPACK_LOCK_FILE = "gitstate-repack.flock"  # one pack consolidation at a time (a flock)
 STAMP_FILE = "gitstate-stamp"  # what the render fast path checks (format below)
-CLOCK_FILE = "gitstate-clock.json"  # the clock model's anchor (clockbase.py)
+CLOCK_FILE = "gitstate-clock.json"  # the clock model's anchor (system/clock.py)
 SCHEMA_CACHE_FILE = "gitstate-schema.json"  # the compiled schema, for the wake-up path
 CONFIG_CACHE_FILE = "gitstate-config.json"  # config.toml parsed, keyed by its SHA-1 (config.py)
 WRITING_FILE = "gitstate-writing"  # a write in progress; left behind only by a killed one
@@ -114,18 +114,18 @@ GC_FAILED_FILE = "gitstate-gc.failed"  # why the last maintenance run failed (go
 SPARE_PREFIX = "gitstate-spare-"  # + a file's name: its spare for swap_write (store/fs.py)
 HAND_EDITS_DIR = "gitstate-hand-edits"  # hand edits moved aside, kept for the operator
 INCOMING_PREFIX = "gitstate-incoming-"  # quarantines of fetches in flight
-RECEIPTS_FILE = "gitstate-receipts.jsonl"  # the wake-up receipts (receipts.py)
-REDACT_KEY_FILE = "gitstate-redact.key"  # the key of `sensitive: redact` (redact.py)
-ORIGIN_FILE = "gitstate-origin"  # this clone's journal name on the remote (refusals.py)
+RECEIPTS_FILE = "gitstate-receipts.jsonl"  # the wake-up receipts (history/receipts.py)
+REDACT_KEY_FILE = "gitstate-redact.key"  # the key of `sensitive: redact` (history/redact.py)
+ORIGIN_FILE = "gitstate-origin"  # this clone's journal name on the remote (history/refusals.py)
 REFUSALS_LOCK_FILE = "gitstate-refusals.flock"  # the refusal journal's own lock
 REFUSALS_FAILED_FILE = "gitstate-refusals.failed"  # refusals that could not be journaled
-RUN_LOCK_FILE = "gitstate-run-{run}.flock"  # one run ledger's lock (ledger.py, runsync.py)
-RUN_CACHE_DIR = "gitstate-run-cache"  # + <run>.json: a run's parsed head (ledger.py)
+RUN_LOCK_FILE = "gitstate-run-{run}.flock"  # one run ledger's lock (runs/ledger.py, runs/sync.py)
+RUN_CACHE_DIR = "gitstate-run-cache"  # + <run>.json: a run's parsed head (runs/ledger.py)
 THREAD_LOCK_FILE = "gitstate-thread-{digest}.flock"  # one LangGraph thread's lock
-THREAD_JOURNAL_FILE = "gitstate-thread-{digest}.pending"  # its pending writes (lgjournal)
-THREAD_INDEX_FILE = "gitstate-threads.idx"  # the checkpoint index of all threads (lgindex)
+THREAD_JOURNAL_FILE = "gitstate-thread-{digest}.pending"  # its pending writes (threads/)
+THREAD_INDEX_FILE = "gitstate-threads.idx"  # all threads' checkpoint index (langgraph/)
 THREAD_LOG_FILE = "gitstate-wal-{shard}-{half}.log"  # the threads' write-ahead log (threads/wal)
-PRE_COMMIT_HOOK = "hooks/pre-commit"  # installed by init (githooks.py)
+PRE_COMMIT_HOOK = "hooks/pre-commit"  # installed by init (remote/githooks.py)
 EXCLUDE_FILE = "info/exclude"  # names the projection and temporary files (store/base.py)
 
 # Every file gitstate writes under an agent directory, relative to it, with how it is

@@ -199,7 +199,8 @@ def _finite(x: float) -> bool:
 
 def _stored_leaf(value: object, path: str) -> object:
     """A scalar inside a stored structure: its type only (rules.check_value checked the
-    text when it was written; a file from elsewhere goes through foreign.py's checks)."""
+    text when it was written; a file from elsewhere goes through the acceptance rule's checks,
+    gitstate/accept/main.py)."""
     if value is None or isinstance(value, str | int | bool) or (
             isinstance(value, float) and _finite(value)):
         return value

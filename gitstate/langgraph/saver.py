@@ -135,7 +135,7 @@ class GitCheckpointSaver(ThreadReads, InWorkerThread):
         self._latest_at: dict[str, str | None] = {}  # commit -> its Gitstate-Latest
         self._blobs: OrderedDict[str, bytes] = OrderedDict()
         self._blob_bytes = 0
-        self.fence = ThreadFence(self._lock_path, owner)  # one writer per thread (lgfence)
+        self.fence = ThreadFence(self._lock_path, owner)  # one writer per thread (fence.py)
         self.wal = WriteAheadLog(self.store)  # what makes a put durable (threads/wal)
         with self.mutex:
             self.wal.replay_all()  # what a crash left in the log only, back in git first
@@ -164,7 +164,7 @@ class GitCheckpointSaver(ThreadReads, InWorkerThread):
         return self.store.git_dir / layout.THREAD_LOCK_FILE.format(
             digest=self._digest(thread_id))
 
-    def _lock(self, thread_id: str) -> Any:  # deletes, prunes, copies: fenced (lgfence)
+    def _lock(self, thread_id: str) -> Any:  # deletes, prunes, copies: fenced (fence.py)
         return self.fence.guarded(thread_id)
 
     def claim(self, thread_id: str) -> int:

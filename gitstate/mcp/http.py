@@ -1,7 +1,7 @@
 """MCP over Streamable HTTP: ``gitstate mcp --http``, for agents that reach their state over
 the network.
 
-The same server as on stdio (mcp_server.build_server), behind these guards:
+The same server as on stdio (server.build_server), behind these guards:
 
 * binding: loopback (127.0.0.1) by default; any other address needs a bearer token, read
   from an environment variable or a file (never from the command line, where every user of
@@ -103,7 +103,7 @@ def build_app(agent_dir: str | Path, host: str, port: int, token: str | None,
                   token_hint=f"the one the server was started with (${token_env} or its "
                   "--token-file)")
     # the Host and Origin checks are httpguard's (security_settings=None leaves the SDK's off)
-    # event ids, a priming event with `retry` and Last-Event-ID replay (mcp_events)
+    # event ids, a priming event with `retry` and Last-Event-ID replay (events.py)
     manager = mcp_sdk.session_manager(build_server(agent_dir), security_settings=None,
                                       event_store=mcp_events.event_store(),
                                       retry_interval=mcp_events.RETRY_MS,

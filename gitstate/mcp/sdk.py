@@ -15,8 +15,8 @@ request method to a handler — but register handlers differently:
   ``mcp-session-id`` header of ``ctx.request`` over HTTP; stdio has one.
 
 Everything else is shared: both lines' ``mcp.types`` validate the wire form (camelCase) of
-every result, so the handlers in :mod:`mcp_server` build plain JSON and this module turns it
-into the line's types; both have ``mcp.server.stdio.stdio_server`` and
+every result, so the handlers in :mod:`.server` build plain JSON and this module
+turns it into the line's types; both have ``mcp.server.stdio.stdio_server`` and
 ``StreamableHTTPSessionManager`` (with the same arguments since 1.30).
 
 Tested on the newest release of each line (CI runs the MCP tests in a second environment with

@@ -1,11 +1,11 @@
 """The MCP server: the agent's six tools, its resources, one prompt, subscriptions.
 
-A thin adapter over ``StateRepo`` (actor ``agent``): the tools are :mod:`mcp_tools` (their
+A thin adapter over ``StateRepo`` (actor ``agent``): the tools are :mod:`.tools` (their
 arguments validated by the pydantic models that produce their input schemas; every result,
-refusals included, fits the tool's output schema), served through :mod:`mcp_sdk` on either
+refusals included, fits the tool's output schema), served through :mod:`.sdk` on either
 line of the official SDK. A refusal is a tool result with ``isError`` whose structured
 content carries the rule and what the model needs to act, and whose text carries the same
-(:mod:`mcp_refusal`). Protocol mistakes (an unknown prompt or resource) are JSON-RPC errors
+(:mod:`.refusal`). Protocol mistakes (an unknown prompt or resource) are JSON-RPC errors
 with their proper codes.
 
 Importing this module costs about a second (the ``mcp`` SDK); the CLI and the hooks never
@@ -71,7 +71,7 @@ def _declared_keys(repo: StateRepo) -> str:
 
 
 class Handlers:
-    """What the server answers, as MCP wire JSON (see :class:`mcp_sdk.Handlers`)."""
+    """What the server answers, as MCP wire JSON (see :class:`.sdk.Handlers`)."""
 
     def __init__(self, repo: StateRepo, watcher: Watcher) -> None:
         self.repo = repo

@@ -1,7 +1,7 @@
 """The six MCP tools: their arguments, descriptions and annotations, and the one call path.
 
 SDK-free (pydantic only), so both lines of the ``mcp`` SDK serve the same tools
-(:mod:`mcp_sdk`). Each tool's arguments are one pydantic model: its JSON schema is the tool's
+(:mod:`.sdk`). Each tool's arguments are one pydantic model: its JSON schema is the tool's
 input schema and the same model validates every call, before gitstate's own rules run.
 
 Input schemas are strict-clean (docs/mcp.md, "Schemas"): every object closes with

@@ -157,7 +157,7 @@ class Remote:
     def _rebase(self, lease: str | None, remote: str | None,
                 local: str) -> tuple[int, list[dict[str, Any]], str | None]:
         """Re-apply the local commits after ``lease`` on top of ``remote``; move main
-        there. Each is checked as a commit arriving from elsewhere (``foreign``: the same
+        there. Each is checked as a commit arriving from elsewhere (``accept.main``: the same
         whole-state check as any write) on the remote's state."""
         store, reader = self.store, self.reader
         mine = list(store.walk(local, lease))

@@ -2,8 +2,8 @@
 
 The report is a static site (gitstate/report/html.py; no script, no network, works from
 file://): ``index.html`` (the overview), ``keys/<key>.html`` (each key's timeline),
-``commits/<id>.html`` for the newest commits (reportdata.COMMIT_PAGES) and ``at/<time>.html``,
-the state at chosen instants (reportdata.instants), listed by ``at/index.html``. With a fleet root,
+``commits/<id>.html`` for the newest commits (data.COMMIT_PAGES) and ``at/<time>.html``,
+the state at chosen instants (data.instants), listed by ``at/index.html``. With a fleet root,
 ``index.html`` lists every agent under it and each agent's site goes to ``agents/<agent>/``.
 
 The site is built whole in a fresh directory beside DIR and renamed into place

@@ -1,4 +1,4 @@
-"""A key's timeline as an inline SVG step chart (for htmlreport's key pages). Pure.
+"""A key's timeline as an inline SVG step chart (for html.py's key pages). Pure.
 
 The x axis spans the key's own events (its first to its last change, refusal or wake-up,
 with a margin of 4% each side, at least a second), not the report's time: a day of changes

@@ -7,7 +7,7 @@ derived from the stored expiry times, refused attempts from the refusal journal,
 receipts with the value each received), the commits that get a page of their own (the
 key-level change and the section as injected before and after), and the state at chosen
 instants (what ``gitstate render --at`` prints for each wake-up, each expiry and the
-report's time). htmlreport.py turns this into pages; nothing here writes.
+report's time). html.py turns this into pages; nothing here writes.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 re-derived from its first commit with the ledger's own transition, message and clock rule,
 and a run's ``approval_recorded`` is checked against the main commit it cites.
 
-Used by ``run verify`` (the local ledger), pull (runsync.py) and the pre-receive hook
-(runsync.verify_pushed). Nothing here writes.
+Used by ``run verify`` (the local ledger), pull (sync.py) and the pre-receive hook
+(sync.verify_pushed). Nothing here writes.
 """
 
 from __future__ import annotations

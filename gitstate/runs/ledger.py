@@ -1,6 +1,6 @@
 """Run ledgers on their own refs: one commit per event on ``refs/heads/runs/<run_id>``.
 
-Each commit's tree holds ``run.json`` (the goal record and the run state, as runs.py makes
+Each commit's tree holds ``run.json`` (the goal record and the run state, as model.py makes
 them); its message is the event's reason, then trailers: ``Gitstate-Run``, ``Gitstate-Event``
 (the event as one-line JSON), ``Gitstate-Writer``, ``Gitstate-Request`` when given. The
 first commit has no parent and records ``goal_created`` with the goal's inputs. So

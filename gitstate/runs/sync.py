@@ -6,7 +6,7 @@ A run ref only grows (one commit per event), so both ways are fast-forward only:
   (``refs/remotes/origin/runs/<id>``, the lease), in one push; a run the remote moved on
   (events recorded elsewhere) is reported, never overwritten.
 * pull fetches the remote's run refs into a quarantine and replays every ledger that is new
-  or grew, from its first commit (``runcheck.replay_problems``: the tree holds only run.json,
+  or grew, from its first commit (``check.replay_problems``: the tree holds only run.json,
   each event is valid for its writer and folds to the stored run.json). One run that does
   not replay refuses the whole pull of runs, and no object of it enters the repository
   (main's pull is separate and unaffected). The replay is the one rule of foreign commits

@@ -25,8 +25,8 @@ POINTS = (
     "merge.tmp_pack", "merge.tmp_idx", "merge.idx_renamed", "merge.pack_renamed",
     "merge.written", "merge.removed",
 )
-# sync (gitstate/remote/sync.py, runsync.py): where push and pull can be killed between moving one
-# ref and the next (docs/remote.md, "A push or pull that was killed")
+# sync (gitstate/remote/sync.py, gitstate/runs/sync.py): where push and pull can be killed
+# between moving one ref and the next (docs/remote.md, "A push or pull that was killed")
 SYNC_POINTS = (
     "pull.main_moved", "pull.runs_moved", "push.remote_moved", "push.rebased",
     "push.runs_sent",

@@ -1,5 +1,6 @@
 """The checks every HTTP endpoint of gitstate makes before it answers: ``gitstate mcp --http``
-(an ASGI app, mcp_http) and ``gitstate serve`` (the report's pages, report.serve).
+(an ASGI app, gitstate/mcp/http.py) and ``gitstate serve`` (the report's pages,
+gitstate/report/build.py).
 
 In order, for every request:
 

@@ -6,7 +6,7 @@ Shared with every namespace (gitstate/accept/main.py): the history is one line d
 what is already here (``linear_chain``), commit times never go back and never run ahead of
 this clock (``time_problem``), a tree holds only known names as regular, bounded blobs whose
 sizes are read from headers before anything is inflated, every new file and the message
-pass the secret scan the writer applies (``lgformat.refuse_secrets``, the saver's own), and
+pass the secret scan the writer applies (``format.refuse_secrets``, the saver's own), and
 the message is re-derived byte for byte by the saver's own builders (gitstate/threads/format.py).
 Specific to threads — a checkpoint's structure, never LangGraph's serde, which the checker
 neither needs nor runs:
@@ -21,7 +21,7 @@ neither needs nor runs:
 * a pending-writes commit: the parent's tree but for ``pending-writes``;
 * a tombstone (``Delete-Runs``, ``Prune-Keep``): the parent's tree, hiding only checkpoints
   the ref shows, ``Latest`` as the saver computes it;
-* pending writes: well-formed records (lgjournal) in canonical form, of this namespace,
+* pending writes: well-formed records (journal.py) in canonical form, of this namespace,
   for exactly the checkpoints ``Gitstate-Writes-For`` names (any ids: with LangGraph's
   async durability a task's writes can reach the journal before the put of the checkpoint
   they belong to, so a commit may carry writes of a checkpoint a later commit adds).

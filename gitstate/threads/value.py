@@ -13,7 +13,7 @@ decimals, sets, paths, messages, Send/Command/Interrupt...), the one method it a
 (``datetime.datetime.fromisoformat``), numpy arrays and delta snapshots. Anything else,
 an unknown extension code, or a value the decoder cannot read refuses the commit. Values
 typed otherwise (``json``, ``bytes``, ``null``) construct no object under the default
-serde; ``pickle`` is refused by lgcheck before this.
+serde; ``pickle`` is refused by check.py before this.
 
 Where ormsgpack is not installed (a server without the ``langgraph`` extra), a
 ``msgpack`` value cannot be walked and is refused: never taken unchecked.

@@ -1,7 +1,7 @@
 """The whole-state check: what every state on main must satisfy, however it got there.
 
 One function, :func:`whole_state`, run by the write engine after every planner, by push's
-re-application of local changes on a remote's state, and (through ``foreign``) on every
+re-application of local changes on a remote's state, and (through ``accept.main``) on every
 commit that arrives from a remote or a pre-receive hook. It compares the state before and
 after a change, so a limit already broken before (a cap lowered since) refuses only a
 change that makes it worse. Pure: states, a moment, the config and the schema in, an

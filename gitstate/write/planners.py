@@ -70,7 +70,7 @@ class Plan:
 
 
 def reserved(key: str) -> None:
-    """``approval.*`` keys change only through the approval planners (approvals.py): a set,
+    """``approval.*`` keys change only through the approval planners (approvals/steps.py): a set,
     clear, observation or adopted hand edit of one would forge or erase a decision (only an
     expired one may be cleared)."""
     if key.startswith(APPROVAL_PREFIX):
