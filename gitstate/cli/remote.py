@@ -237,9 +237,12 @@ def clone(obj: Ctx, url: str, directory: Path | None, as_json: bool, all_threads
                    "approval links and the schema's writers); default: the server's main "
                    "now. The hook passes the pushed main's new commit, which it checks in "
                    "the same run: one refused ref refuses the whole push.")
+@click.option("--new-thread", "new_threads", metavar="REF", multiple=True,
+              help="A thread ref the same push creates (repeatable; the hook passes each): "
+                   "a new thread must not look like one of them either.")
 @json_option
 def verify_push(old: str, new: str, ref: str, git_dir: Path, main: str | None,
-                as_json: bool) -> None:
+                new_threads: tuple[str, ...], as_json: bool) -> None:
     """Server-side check of one pushed ref update (what hooks/git/pre-receive runs).
 
     Checks every new commit exactly like a local write (docs/security.md): history (no
@@ -250,7 +253,7 @@ def verify_push(old: str, new: str, ref: str, git_dir: Path, main: str | None,
     """
     from ..remote.server import verify_push as check
 
-    problems = check(git_dir, old, new, ref, main=main)
+    problems = check(git_dir, old, new, ref, main=main, threads=new_threads)
     if as_json:
         emit({"ref": ref, "old": old, "new": new, "ok": not problems, "problems": problems},
              True, "")

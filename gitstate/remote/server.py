@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..accept import main as foreign
@@ -19,10 +20,11 @@ from ..store import ZERO, GitStore
 
 
 def verify_push(git_dir: Path, old: str, new: str, ref: str,
-                main: str | None = None) -> list[str]:
+                main: str | None = None, threads: Sequence[str] = ()) -> list[str]:
     """What a pre-receive hook runs for one ref update in a (bare) server repository.
     ``main``: main's commit after this push when the same push moves it (a run ledger's
-    approval links and writers are checked against it), else main's head now."""
+    approval links and writers are checked against it), else main's head now. ``threads``:
+    the thread refs the same push creates (a new thread must not look like one of them)."""
     from ..accept.trust import Trust
     from ..history.refusals import REMOTE_PREFIX, check_update
     from ..runs.format import PREFIX as RUNS
@@ -58,7 +60,7 @@ def verify_push(git_dir: Path, old: str, new: str, ref: str,
             from ..threads.sync import verify_pushed as verify_thread
 
             return verify_thread(store, ref, None if old == zero else old,
-                                 None if new == zero else new)
+                                 None if new == zero else new, threads)
         if ref != BRANCH:
             if main is not None and not re.fullmatch(r"[0-9a-f]{40}", main):
                 return [f"[usage.main] --main {main[:60]!r} is not a commit id (40 lowercase "

@@ -74,17 +74,17 @@ def _shown(ref: str, name: str) -> str:
     return name
 
 
-def _look_alike(thread: str, mine: str | None,
-                taken: dict[str, tuple[str, str | None, str]], here: dict[str, str]
-                ) -> list[str]:
-    """A thread new to this repository must not look like one it has or one this pull takes
+def _look_alike(thread: str, mine: str | None, here: dict[str, str],
+                others: set[str]) -> list[str]:
+    """A thread new to this repository must not look like one it has (``here``: its refs
+    under PREFIX) or one arriving with it (``others``: this pull's, this push's)
     (``format.check_new_thread``, as a put of that id is checked)."""
     threads = {where[0] for where in map(parse_ref, [PREFIX + r for r in here])
-               if where is not None} | {t for t, _mine, _head in taken.values()}
+               if where is not None}
     if mine is not None or thread in threads:
         return []
     try:
-        check_new_thread(thread, sorted(threads))
+        check_new_thread(thread, sorted(threads | others))  # (its own id is skipped)
     except InvalidInput as exc:
         return [f"[{exc.rule}] {exc.message}"]
     return []
@@ -150,7 +150,8 @@ def pull(store: GitStore, url: str, threads: Threads,
                     out["diverged"].append(thread)
                     continue
                 problems = check_thread(got.store, ref, mine, head) or _look_alike(
-                    thread, mine, accepted, store.refs_under(PREFIX))
+                    thread, mine, store.refs_under(PREFIX), {t for t, _m, _h in
+                                                             accepted.values()})
                 if problems:
                     bad[_shown(ref, thread)] = str(problems[0])
                 else:
@@ -176,9 +177,11 @@ def pull(store: GitStore, url: str, threads: Threads,
     return out
 
 
-def verify_pushed(store: GitStore, ref: str, old: str | None, new: str | None) -> list[str]:
+def verify_pushed(store: GitStore, ref: str, old: str | None, new: str | None,
+                  pushed: Sequence[str] = ()) -> list[str]:
     """The pre-receive check of one thread ref update: no deletion, no rewrite, every new
-    commit re-derived (gitstate/threads/check.py)."""
+    commit re-derived (gitstate/threads/check.py), a new thread's id like none the server
+    has nor any of the thread refs ``pushed`` with it creates (the hook passes them)."""
     where = parse_ref(ref)
     if where is None:
         return [f"{ref[:200]!r}: [remote.ref_name] not a thread ref the saver writes "
@@ -186,8 +189,9 @@ def verify_pushed(store: GitStore, ref: str, old: str | None, new: str | None) -
     shown = _shown(ref, ref)
     if new is None:
         return [f"deleting {shown} is refused: a thread's history is kept"]
+    arriving = {w[0] for w in map(parse_ref, pushed) if w is not None}
     problems = [str(p) for p in check_thread(store, ref, old, new)] or _look_alike(
-        where[0], old, {}, store.refs_under(PREFIX))
+        where[0], old, store.refs_under(PREFIX), arriving)
     return [f"{shown}: {p}" for p in problems]
 
 

@@ -558,3 +558,26 @@ def test_a_thread_of_the_saver_s_own_is_checked_again_when_its_index_is_lost(
         assert head is not None and saver._entries(THREAD, "", head).trusted
         out = build(saver).invoke(Command(resume="deny"), CONF)
         assert out["log"] == ["looked up", "human: deny", "not paid"]
+
+
+def test_two_look_alike_threads_in_one_push_are_refused_by_the_hook(tmp_path: Path) -> None:
+    """The hook checks each new thread against the server's threads and against the other
+    threads the same push creates: two look-alike ids pushed together to a server that has
+    neither are refused (as a pull taking both refuses), nothing lands; one alone lands."""
+    bare, _a = _interrupted(tmp_path)
+    guarded = tmp_path / "srv" / "guarded.git"
+    subprocess.run([GIT or "git", "init", "-q", "--bare", str(guarded)], check=True)
+    install_pre_receive(guarded, tmp_path)
+    head = git(bare, "rev-parse", REF).stdout.strip()
+    odd = f"refs/gitstate/threads/{enc('r' + chr(0x435) + 'fund O-104')}/%/checkpoints"
+    git(bare, "update-ref", odd, head)
+    both = subprocess.run([GIT or "git", "-C", str(bare), "push", str(guarded),
+                           f"{REF}:{REF}", f"{odd}:{odd}"], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert both.returncode != 0 and "thread.confusable" in both.stderr, both.stderr
+    assert git(guarded, "for-each-ref", "--format=%(refname)").stdout.split() == []
+    one = subprocess.run([GIT or "git", "-C", str(bare), "push", str(guarded),
+                          f"{REF}:{REF}"], capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert one.returncode == 0, one.stderr
+    assert git(guarded, "for-each-ref", "--format=%(refname)").stdout.split() == [REF]
