@@ -1,5 +1,5 @@
 """The checkpointer's async API: each method runs its sync twin in a worker thread (a
-mixin of GitCheckpointSaver, gitstate/langgraph.py)."""
+mixin of GitCheckpointSaver, gitstate/langgraph/saver.py)."""
 
 from __future__ import annotations
 
