@@ -1,5 +1,5 @@
 """Wiring gitstate into agent hosts: ``gitstate install`` for each host's settings
-files, and the check of what is wired.
+files (read and merged without loss), and the check of what is wired.
 
 May import: every package below it (core ... mcp).
 """

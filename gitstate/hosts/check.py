@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import GitStateError
-from .install import SERVER
+from .settings import SERVER
 
 CHECK_SECONDS = 120.0
 

@@ -4,7 +4,7 @@ hooks, merged into the files the host reads (``gitstate install HOST``).
 Every file is planned before any is written: read (never through a symlink, never
 anything but a regular file), merged with what the user has there (their other servers,
 settings and hooks are kept), compared with what stands there (equal: not written at
-all, so a second run changes no byte), then written whole through
+all, so a second run changes no byte): ``settings.py``; then written whole through
 :func:`safefile.write_atomic`, after a copy of the old bytes in ``<file>.gitstate-backup``.
 A refusal of one file leaves every file as it was.
 
@@ -28,26 +28,11 @@ from typing import Any
 
 from ..core.errors import Refused
 from ..system import safefile
+from .settings import SERVER, Plan, json_plan, put_hooks, put_server, read_settings
 
 HOSTS = ("claude-code", "codex", "gemini", "cursor")
-SERVER = "gitstate"
 BACKUP = ".gitstate-backup"
-LIMIT = 64 << 20  # ~/.claude.json holds the history of every project; generous
 SESSION_MATCHER = "startup|resume|clear|compact"
-
-
-@dataclass
-class Plan:
-    """One file: what stands there now (None: absent) and what it is to hold."""
-
-    path: Path
-    old: bytes | None
-    new: bytes
-    what: str  # "the MCP server", "the hooks", ...
-
-    @property
-    def changes(self) -> bool:
-        return self.old != self.new
 
 
 @dataclass
@@ -72,121 +57,6 @@ def hook_command(agent_dir: Path, runtime: str = "claude-code") -> str:
     return shlex.join(argv)
 
 
-def _put_hooks(settings: Path, runtime: str, command: str,
-               events: tuple[tuple[str, str | None], ...], fields: dict[str, Any]
-               ) -> Callable[[dict[str, Any]], None]:
-    """A merge that puts ``command`` in ``hooks.EVENT`` for each (event, matcher), in the
-    group shape Claude Code and Gemini CLI share; a hook that already runs ``gitstate ...
-    hook RUNTIME`` (merged by hand, or by an older gitstate) is pointed at this one instead
-    of doubled."""
-    def merge(data: dict[str, Any]) -> None:
-        table = _table(data, "hooks", settings)
-        for event, matcher in events:
-            groups = table.setdefault(event, [])
-            if not isinstance(groups, list):
-                raise Refused(f"{settings}: hooks.{event} is not a list",
-                              rule="install.not_mergeable")
-            found = False
-            for group in groups:
-                for hook in group.get("hooks", []) if isinstance(group, dict) else []:
-                    if isinstance(hook, dict) and _is_ours(hook.get("command"), runtime):
-                        hook["command"] = command
-                        found = True
-            if not found:
-                group = {"hooks": [{**fields, "type": "command", "command": command}]}
-                groups.append({"matcher": matcher, **group} if matcher else group)
-    return merge
-
-
-def _read(path: Path) -> bytes | None:
-    """The bytes at ``path`` (None when absent); a symlink or anything but a regular file is
-    refused, so nothing is ever written through one."""
-    kind = safefile.kind(path)
-    if kind is None:
-        return None
-    if kind == "symlink":
-        raise Refused(f"{path} is a symlink; gitstate install never writes through one: "
-                      "merge the configuration into the file it points to by hand, or "
-                      "replace the link with a regular file", rule="install.symlink")
-    if kind != "file":
-        raise Refused(f"{path} is not a regular file", rule="install.not_regular")
-    try:
-        return safefile.read_regular(path, LIMIT)
-    except safefile.NotRegular as exc:
-        raise Refused(str(exc), rule="install.not_regular") from None
-    except safefile.TooLarge as exc:
-        raise Refused(str(exc), rule="install.too_large") from None
-
-
-def _json_plan(path: Path, what: str, merge: Callable[[dict[str, Any]], None]) -> Plan:
-    """A JSON object file merged by ``merge`` (which edits the parsed object in place)."""
-    old = _read(path)
-    data: Any = {}
-    if old is not None and old.strip():
-        data = _parse_json(path, old)
-        if not isinstance(data, dict):
-            raise Refused(f"{path} holds JSON that is not an object", rule="install.not_json")
-    before = json.dumps(data, sort_keys=True)
-    merge(data)
-    if old is not None and json.dumps(data, sort_keys=True) == before:
-        return Plan(path, old, old, what)  # nothing to add: the bytes stay as they are
-    try:
-        new = (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode()
-    except UnicodeEncodeError:  # a lone surrogate escape (\ud800) has no UTF-8 form
-        raise Refused(f"{path} holds a lone surrogate escape (\\ud800...), which cannot be "
-                      "written back as UTF-8; fix it, then run again",
-                      rule="install.not_json") from None
-    return Plan(path, old, new, what)
-
-
-def _parse_json(path: Path, raw: bytes) -> Any:
-    """Strict JSON: a duplicate key (the hosts keep the last; a rewrite would drop the
-    first for good) and NaN or Infinity (not JSON) are refused, and so are comments, with
-    what to do (Gemini CLI reads JSONC, but a rewrite would lose them)."""
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in items:
-            if key in out:
-                raise ValueError(f"the key {key!r} appears twice")
-            out[key] = value
-        return out
-
-    def constant(name: str) -> Any:
-        raise ValueError(f"{name} is not JSON")
-
-    try:
-        return json.loads(raw, object_pairs_hook=pairs, parse_constant=constant)
-    except (ValueError, RecursionError) as exc:
-        text = raw.decode("utf-8", "replace")
-        hint = (" it holds comments (JSONC), which a rewrite would lose: remove them, or add "
-                "the entry by hand;" if re.search(r"^\s*(//|/\*)", text, re.M) else "")
-        raise Refused(f"{path} is not valid JSON ({exc});{hint} fix it or move it aside, "
-                      "then run again", rule="install.not_json") from None
-
-
-def _table(data: dict[str, Any], name: str, path: Path) -> dict[str, Any]:
-    """``data[name]``, an object (created if absent)."""
-    value = data.setdefault(name, {})
-    if not isinstance(value, dict):
-        raise Refused(f"{path}: {name!r} is not an object; fix it by hand",
-                      rule="install.not_mergeable")
-    return value
-
-
-def _put_server(path: Path, entry: dict[str, Any],
-                container: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-                ) -> Callable[[dict[str, Any]], None]:
-    """A merge that sets ``mcpServers.gitstate``: our fields over the user's (their other
-    fields in the entry, such as env or a timeout, are kept)."""
-    def merge(data: dict[str, Any]) -> None:
-        where = container(data) if container else data
-        servers = _table(where, "mcpServers", path)
-        current = servers.get(SERVER)
-        kept = current if isinstance(current, dict) else {}
-        servers[SERVER] = {**kept, **entry}
-    return merge
-
-
 def _claude(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
     wiring = Wiring("claude-code", scope)
     argv = server_argv(agent_dir)
@@ -202,8 +72,8 @@ def _claude(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
     if scope == "project":
         mcp = project / ".mcp.json"
         settings = project / ".claude" / "settings.json"
-        wiring.plans.append(_json_plan(mcp, "the MCP server",
-                                       _put_server(mcp, entry, with_env)))
+        wiring.plans.append(json_plan(mcp, "the MCP server",
+                                       put_server(mcp, entry, with_env)))
         local = project / ".claude" / "settings.local.json"
 
         def approve(data: dict[str, Any]) -> None:
@@ -214,7 +84,7 @@ def _claude(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
             if SERVER not in enabled:
                 enabled.append(SERVER)
 
-        wiring.plans.append(_json_plan(local, "the server's approval (yours, not shared)",
+        wiring.plans.append(json_plan(local, "the server's approval (yours, not shared)",
                                        approve))
         wiring.todo.append(
             f"trust the folder: start `claude` in {project} once and accept its trust "
@@ -223,21 +93,16 @@ def _claude(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
     else:
         state = home / ".claude.json"
         settings = home / ".claude" / "settings.json"
-        wiring.plans.append(_json_plan(state, "the MCP server (user scope)",
-                                       _put_server(state, entry, with_env)))
-    hooks = _put_hooks(settings, "claude-code", hook_command(agent_dir),
+        wiring.plans.append(json_plan(state, "the MCP server (user scope)",
+                                       put_server(state, entry, with_env)))
+    hooks = put_hooks(settings, "claude-code", hook_command(agent_dir),
                        (("SessionStart", SESSION_MATCHER), ("UserPromptSubmit", None)),
                        {"timeout": 10})  # seconds, in Claude Code
-    wiring.plans.append(_json_plan(settings, "the SessionStart and UserPromptSubmit hooks",
+    wiring.plans.append(json_plan(settings, "the SessionStart and UserPromptSubmit hooks",
                                    hooks))
     wiring.todo.append("check it: gitstate install claude-code "
                        f"--{scope} --check (runs `claude mcp list`)")
     return wiring
-
-
-def _is_ours(command: object, runtime: str) -> bool:
-    return isinstance(command, str) and "gitstate" in command \
-        and command.rstrip().endswith(f"hook {runtime}")
 
 
 def _gemini(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
@@ -245,8 +110,8 @@ def _gemini(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
     argv = server_argv(agent_dir)
     path = (project if scope == "project" else home) / ".gemini" / "settings.json"
     entry = {"command": argv[0], "args": argv[1:], "timeout": 30000}
-    server = _put_server(path, entry)
-    hooks = _put_hooks(path, "gemini", hook_command(agent_dir, "gemini"),
+    server = put_server(path, entry)
+    hooks = put_hooks(path, "gemini", hook_command(agent_dir, "gemini"),
                        (("SessionStart", None), ("BeforeAgent", None)),
                        {"name": "gitstate", "timeout": 10000})  # milliseconds, in Gemini CLI
 
@@ -254,7 +119,7 @@ def _gemini(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
         server(data)
         hooks(data)
 
-    wiring.plans.append(_json_plan(path, "the MCP server and the SessionStart and "
+    wiring.plans.append(json_plan(path, "the MCP server and the SessionStart and "
                                    "BeforeAgent hooks", merge))
     wiring.todo.append(f"trust the folder you run gemini in ({project} here): accept "
                        "Gemini CLI's trust prompt, or `/permissions` in gemini; it starts "
@@ -267,7 +132,7 @@ def _cursor(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
     argv = server_argv(agent_dir)
     path = (project if scope == "project" else home) / ".cursor" / "mcp.json"
     entry = {"command": argv[0], "args": argv[1:]}
-    wiring.plans.append(_json_plan(path, "the MCP server", _put_server(path, entry)))
+    wiring.plans.append(json_plan(path, "the MCP server", put_server(path, entry)))
     wiring.todo.append("enable the server in Cursor: Settings > MCP (Cursor asks before it "
                        "starts a new server)")
     return wiring
@@ -367,7 +232,7 @@ def _codex(agent_dir: Path, scope: str, project: Path, home: Path) -> Wiring:
     project's .codex/config.toml, which Codex reads only in a project it trusts."""
     wiring = Wiring("codex", scope)
     path = (project / ".codex" if scope == "project" else codex_home(home)) / "config.toml"
-    old = _read(path)
+    old = read_settings(path)
     try:
         text = "" if old is None else old.decode("utf-8-sig")
     except UnicodeDecodeError:
