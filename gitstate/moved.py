@@ -105,7 +105,7 @@ FORWARDED = {
     "gitstate.audit": ("gitstate.audit.views",),
     "gitstate.langgraph": ("gitstate.langgraph.saver",),
     "gitstate.report": ("gitstate.report.build",),
-    "gitstate.runs": ("gitstate.runs.model",),
+    "gitstate.runs": ("gitstate.runs.validate", "gitstate.runs.model"),
 }
 
 

@@ -17,6 +17,7 @@ from ..core.errors import StoreError
 from . import model as runs
 from .format import RUN_FILE, RUN_MAX_BYTES, encode_run, events, message, trailer_problem
 from .render import check_size
+from .validate import RunRefused, validate_event
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -50,16 +51,16 @@ class Links:
 
         commit = event.get("main_commit")
         if not isinstance(commit, str):
-            raise runs.RunRefused("an approval_recorded names no main_commit: the decision "
+            raise RunRefused("an approval_recorded names no main_commit: the decision "
                                   "it records cannot be checked", rule="run.approval_unlinked")
         at = self._time_of(commit) if commit != self.main or self._times is not None else \
             self.store.commit_times(commit)[1]
         if at is None:
-            raise runs.RunRefused(f"approval_recorded cites main's commit {commit[:12]}, which "
+            raise RunRefused(f"approval_recorded cites main's commit {commit[:12]}, which "
                                   "is not on main's history here (pull main first)",
                                   rule="run.approval_unlinked", main_commit=commit)
         if at > when.timestamp():
-            raise runs.RunRefused(f"approval_recorded cites main's commit {commit[:12]}, dated "
+            raise RunRefused(f"approval_recorded cites main's commit {commit[:12]}, dated "
                                   "after the event", rule="run.approval_unlinked",
                                   main_commit=commit)
         data = self.store.read_file(commit, STATE_FILE)
@@ -139,7 +140,7 @@ def replay_problems(store: GitStore, run_id: str, head: str,
                     raise ValueError("the first commit must be goal_created, with no parent")
                 run = _created(run_id, event, when)
             else:
-                event = runs.validate_event(event)
+                event = validate_event(event)
                 decisions = links.decisions(event, when) if event["type"] == \
                     "approval_recorded" and (foreign or "main_commit" in event) else None
                 run = _replay(run, event, fields["Writer"], when, writers, decisions,
@@ -167,7 +168,7 @@ def replay_problems(store: GitStore, run_id: str, head: str,
                                 "times differ)")
                 break
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError, InvalidInput,
-            runs.RunRefused, StoreError) as exc:
+            RunRefused, StoreError) as exc:
         rule = getattr(exc, "rule", None)
         problems.append(f"{run_id}: " + (f"[{rule}] " if rule else "")
                         + f"{getattr(exc, 'message', None) or exc}")
@@ -195,12 +196,12 @@ def _created(run_id: str, event: dict[str, Any], when: datetime) -> dict[str, An
     extra = sorted(set(event) - {"type", *runs.GOAL_FIELDS})
     missing = sorted(set(runs.GOAL_FIELDS) - set(event))
     if extra or missing:
-        raise runs.RunRefused(f"goal_created: {'unknown' if extra else 'missing'} field "
+        raise RunRefused(f"goal_created: {'unknown' if extra else 'missing'} field "
                               f"{(extra or missing)[0][:40]!r}", rule="run.invalid")
     run, wanted = runs.goal(run_id, now=when, **{name: event[name]
                                                   for name in runs.GOAL_FIELDS})
     if wanted != event:
-        raise runs.RunRefused("goal_created is not the event the ledger records for its "
+        raise RunRefused("goal_created is not the event the ledger records for its "
                               "goal", rule="run.invalid")
     return run
 
@@ -217,7 +218,7 @@ def _replay(run: dict[str, Any], event: dict[str, Any], writer: str, when: datet
                                 approvals=decisions)
     try:
         return runs.apply_event(run, event, writer, when, approvals=decisions)
-    except runs.RunRefused as exc:
+    except RunRefused as exc:
         if exc.rule != "run.writer" or not writers:
             raise
         return runs.apply_event(run, event, writer, when, writers=writers,

@@ -33,6 +33,7 @@ from ..system import locking
 from ..system.clock import reading_of
 from . import model as runs
 from .format import PREFIX, RUN_FILE, RUN_MAX_BYTES, encode_run, events, message, parse, session_id
+from .validate import RunRefused, check_run_id, validate_event
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -59,7 +60,7 @@ class Ledger:
         self.session = session or session_id()
 
     def _ref(self, run_id: str) -> str:
-        return PREFIX + runs.check_run_id(run_id)
+        return PREFIX + check_run_id(run_id)
 
     @contextlib.contextmanager
     def _lock(self, run_id: str) -> Iterator[None]:
@@ -85,10 +86,10 @@ class Ledger:
                                                           UTC))
         return now, reading.wall
 
-    def _unknown(self, run_id: str) -> runs.RunRefused:
+    def _unknown(self, run_id: str) -> RunRefused:
         """A run id with no ref: refused, naming the nearest run there is."""
         names = self.store.refs_under(PREFIX)
-        return runs.RunRefused(f"no run {run_id!r}." + did_you_mean(run_id, names),
+        return RunRefused(f"no run {run_id!r}." + did_you_mean(run_id, names),
                                rule="run.unknown", run_id=run_id)
 
     def read(self, run_id: str, commit: str | None = None) -> RunView:
@@ -131,7 +132,7 @@ class Ledger:
                 earlier = self._replayed(run_id, request_id)
                 if earlier is not None:
                     return earlier
-                raise runs.RunRefused(f"run {run_id!r} exists already", rule="run.exists")
+                raise RunRefused(f"run {run_id!r} exists already", rule="run.exists")
             view = self._commit(run_id, None, run, event, reason, self.writer,
                                 request_id, now, wall)
         self._fold()
@@ -165,22 +166,22 @@ class Ledger:
                 run = runs.apply_event({"format": runs.FORMAT, "goal": view.goal.to_dict(),
                                         "state": view.state}, event, who, now,
                                        writers=writers, approvals=decisions)
-            except runs.RunRefused as exc:
+            except RunRefused as exc:
                 self._journal(run_id, event, who, reason, request_id, exc)
                 raise
-            view = self._commit(run_id, view.head, run, runs.validate_event(event), reason,
+            view = self._commit(run_id, view.head, run, validate_event(event), reason,
                                 who, request_id, now, wall)
         self._fold()
         return view
 
     def _journal(self, run_id: str, event: Any, writer: str, reason: str,
-                 request_id: str | None, exc: runs.RunRefused) -> None:
+                 request_id: str | None, exc: RunRefused) -> None:
         from ..history import refusals
         from ..write.engine import identity
 
         try:  # the record keeps only what passed the input rules (a secret never does)
-            attempted: Any = runs.validate_event(event)
-        except (runs.RunRefused, InvalidInput):
+            attempted: Any = validate_event(event)
+        except (RunRefused, InvalidInput):
             attempted = {"withheld": "the event did not pass the input rules"}
         kind = event.get("type") if isinstance(event, dict) and isinstance(
             event.get("type"), str) and event["type"] in EVENTS else None
@@ -199,7 +200,7 @@ class Ledger:
 
         try:
             runrender.check_size(run, now)
-        except runs.RunRefused as exc:
+        except RunRefused as exc:
             self._journal(run_id, event, writer, reason, request_id, exc)
             raise
         data = encode_run(run)
@@ -259,13 +260,13 @@ class Ledger:
             try:
                 moment = int(parse_time(at).timestamp())
             except ValueError:
-                raise runs.RunRefused(f"--at {at!r} is neither a commit of the run nor an "
+                raise RunRefused(f"--at {at!r} is neither a commit of the run nor an "
                                       "ISO 8601 time", rule="run.invalid") from None
         for info in self.store.walk(head):
             if (moment is None and info.id.startswith(at)) or \
                     (moment is not None and info.time <= moment):
                 return self.read(run_id, info.id)
-        raise runs.RunRefused(f"run {run_id} has no event at {at}", rule="run.invalid")
+        raise RunRefused(f"run {run_id} has no event at {at}", rule="run.invalid")
 
     def verify(self, run_id: str, head: str | None = None) -> list[str]:
         """Replay the run's ref from its first commit (:func:`replay_problems`); the
@@ -284,9 +285,9 @@ class Ledger:
         out = {}
         for name, head in sorted(self.store.refs_under(PREFIX).items()):
             try:
-                runs.check_run_id(name)
+                check_run_id(name)
                 problems = self.verify(name, head)
-            except runs.RunRefused as exc:
+            except RunRefused as exc:
                 problems = [f"{name!r}: {exc.message}"]
             if problems:
                 out[name] = problems

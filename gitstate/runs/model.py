@@ -1,12 +1,13 @@
 """Run ledgers (seed 003's goals and working memory): the pure core.
 
 A run is a goal record and a run state, changed only by typed events that the runtime
-applies; the model only proposes. This module holds the run's shape, every event's strict
-validation, the transition ``apply_event(run, event, writer, now) -> run`` and the rules the
-runtime enforces, and ``next_action(run, now)``: what comes after an event (continue,
-ask_approval, escalate or stop, with the reason). No I/O: where a run is stored (one commit
-per event on its own ref) is the caller's business, and folding the events of a ledger from
-its first reproduces the run exactly.
+applies; the model only proposes. This module holds the run's shape, the transition
+``apply_event(run, event, writer, now) -> run`` and the rules the runtime enforces, and
+``next_action(run, now)``: what comes after an event (continue, ask_approval, escalate or
+stop, with the reason). An event's strict validation, before any rule, is
+gitstate/runs/validate.py. No I/O: where a run is stored (one commit per event on its own
+ref) is the caller's business, and folding the events of a ledger from its first reproduces
+the run exactly.
 
 Rules (each refusal is a RunRefused naming ``run.<rule>``):
 
@@ -30,14 +31,13 @@ Rules (each refusal is a RunRefused naming ``run.<rule>``):
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ..core.errors import Refused
 from ..core.model import format_time, parse_time
-from ..core.runevents import AGENT_EVENTS, BOOL, EVENTS, INT, LIST, RUNTIME_EVENTS, STR
+from ..core.runevents import AGENT_EVENTS, RUNTIME_EVENTS
+from .validate import check_run_id, check_text, refused, validate_event
 
 FORMAT = 1
 RISKS = ("low", "medium", "high", "critical")
@@ -45,39 +45,8 @@ GOAL_STATUSES = ("active", "blocked", "waiting_for_approval", "completed", "canc
                  "failed")
 STOP_REASONS = ("success", "blocked", "approval_required", "budget_exhausted", "cancelled",
                 "failed")
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-TEXT_MAX = 2000
-LIST_MAX = 200
 
 STOPPED = frozenset({"success", "cancelled", "failed", "budget_exhausted"})
-
-
-class RunRefused(Refused):
-    """An event a rule of the run refuses (rule ``run.<name>``); nothing is recorded."""
-
-
-def _refuse(name: str, message: str, **details: Any) -> RunRefused:
-    return RunRefused(message, rule=f"run.{name}", **details)
-
-
-def check_run_id(run_id: object) -> str:
-    if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id) or ".." in run_id or \
-            run_id.endswith((".", ".lock")):
-        raise _refuse("id", "a run id is 1-64 of A-Z a-z 0-9 . _ - (starting with a letter or "
-                      "digit; no '..', not ending in '.' or '.lock')")
-    return run_id
-
-
-def _text(value: object, where: str) -> str:
-    from ..core.rules import check_secret, check_value
-
-    if not isinstance(value, str) or not value.strip():
-        raise _refuse("invalid", f"{where} must be non-empty text")
-    if len(value) > TEXT_MAX:
-        raise _refuse("invalid", f"{where} is over {TEXT_MAX} characters")
-    check_value(value)  # one line, no control, invisible or bidi characters
-    check_secret(value, where)
-    return value
 
 
 def new_run(run_id: str, *, description: str, criteria: list[str], constraints: list[str],
@@ -88,21 +57,21 @@ def new_run(run_id: str, *, description: str, criteria: list[str], constraints: 
     check_run_id(run_id)
     check_secret(run_id, "the run id")  # it becomes a ref name, pushed with the run
     if risk not in RISKS:
-        raise _refuse("invalid", f"risk must be one of {', '.join(RISKS)}")
+        raise refused("invalid", f"risk must be one of {', '.join(RISKS)}")
     if not criteria:
-        raise _refuse("invalid", "a goal needs at least one observable success criterion")
+        raise refused("invalid", "a goal needs at least one observable success criterion")
     for name in ("max_iterations", "max_tokens", "max_cost_cents"):
         v = budget.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
-            raise _refuse("invalid", f"{name} must be a whole number > 0")
+            raise refused("invalid", f"{name} must be a whole number > 0")
     deadline = budget.get("deadline_at")
     if deadline is not None:
         deadline = format_time(parse_time(deadline))
     stamp = format_time(now)
-    goal = {"goal_id": f"goal-{run_id}", "run_id": run_id, "owner": _text(owner, "owner"),
-            "description": _text(description, "the goal"),
-            "success_criteria": [_text(c, "a criterion") for c in criteria],
-            "constraints": [_text(c, "a constraint") for c in constraints],
+    goal = {"goal_id": f"goal-{run_id}", "run_id": run_id, "owner": check_text(owner, "owner"),
+            "description": check_text(description, "the goal"),
+            "success_criteria": [check_text(c, "a criterion") for c in criteria],
+            "constraints": [check_text(c, "a constraint") for c in constraints],
             "risk_class": risk, "status": "active", "created_at": stamp, "updated_at": stamp}
     state = {"current_step": None, "completed_steps": [], "pending_steps": [],
              "side_effect_steps": [], "open_questions": [], "constraints": list(
@@ -132,9 +101,9 @@ def goal(run_id: str, *, description: str, criteria: list[str], constraints: lis
     names only :data:`BUDGET_KEYS`."""
     for name, value in (("criteria", criteria), ("constraints", constraints)):
         if not isinstance(value, list):
-            raise _refuse("invalid", f"goal_created.{name} must be a list of texts")
+            raise refused("invalid", f"goal_created.{name} must be a list of texts")
     if not isinstance(budget, dict) or set(budget) - set(BUDGET_KEYS):
-        raise _refuse("invalid", "goal_created.budget names only "
+        raise refused("invalid", "goal_created.budget names only "
                       f"{', '.join(BUDGET_KEYS)}")
     run = new_run(run_id, description=description, criteria=list(criteria),
                   constraints=list(constraints), risk=risk, owner=owner, now=now,
@@ -143,62 +112,6 @@ def goal(run_id: str, *, description: str, criteria: list[str], constraints: lis
              "constraints": list(constraints), "risk": risk, "owner": run["goal"]["owner"],
              "budget": dict(budget)}
     return run, event
-
-
-def validate_event(event: object) -> dict[str, Any]:
-    """An event, strictly: a known type, exactly its fields, each of its type."""
-    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-        raise _refuse("invalid", 'an event is an object {"type": ..., fields}')
-    kind = event["type"]
-    fields = EVENTS.get(kind)
-    if fields is None:
-        raise _refuse("unknown_event", f"unknown event type {kind!r}; known: "
-                      f"{', '.join(sorted(EVENTS))}")
-    extra = sorted(set(event) - set(fields) - {"type"})
-    if extra:
-        raise _refuse("invalid", f"{kind}: unknown field {extra[0]!r}")
-    out: dict[str, Any] = {"type": kind}
-    for name, (kind_of, required) in fields.items():
-        if name not in event:
-            if required:
-                raise _refuse("invalid", f"{kind}: {name} is required")
-            continue
-        out[name] = _field(kind, name, kind_of, event[name])
-    return out
-
-
-def _field(kind: str, name: str, kind_of: str, value: Any) -> Any:
-    where = f"{kind}.{name}"
-    if kind_of == STR:
-        return _text(value, where)
-    if kind_of == "commit":
-        if not isinstance(value, str) or not re.fullmatch(r"[0-9a-f]{40}", value):
-            raise _refuse("invalid", f"{where} must be a commit id (40 lowercase hex digits)")
-        return value
-    if kind_of == BOOL:
-        if not isinstance(value, bool):
-            raise _refuse("invalid", f"{where} must be true or false")
-        return value
-    if kind_of == INT:
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**53:
-            raise _refuse("invalid", f"{where} must be a whole number >= 0")
-        return value
-    if kind_of == LIST:
-        if not isinstance(value, list) or not value or len(value) > LIST_MAX:
-            raise _refuse("invalid", f"{where} must be a list of 1-{LIST_MAX} steps")
-        steps = []
-        for i, step in enumerate(value):
-            if not isinstance(step, dict) or set(step) - {"step_id", "description",
-                                                         "side_effect"} or \
-                    "step_id" not in step:
-                raise _refuse("invalid", f"{where}[{i}] must be {{step_id, description?, "
-                              "side_effect?}")
-            steps.append({"step_id": _text(step["step_id"], f"{where}[{i}].step_id"),
-                          "side_effect": bool(step.get("side_effect", False))})
-        return steps
-    if not isinstance(value, dict) or not value or len(value) > LIST_MAX:
-        raise _refuse("invalid", f"{where} must map each criterion to an evidence ref")
-    return {_text(k, f"{where} key"): _text(v, f"{where}[{k!r}]") for k, v in value.items()}
 
 
 def may_write(kind: str, writer: str,
@@ -227,23 +140,23 @@ def apply_event(run: dict[str, Any], event: dict[str, Any], writer: str, now: da
     event = validate_event(event)
     kind = event["type"]
     if not may_write(kind, writer, writers):
-        raise _refuse("writer", f"{kind} may not be recorded by {writer}", writer=writer)
+        raise refused("writer", f"{kind} may not be recorded by {writer}", writer=writer)
     if kind == "approval_recorded" and approvals is not None:
         _check_link(event, approvals)
     out = copy.deepcopy(run)
     goal, state = out["goal"], out["state"]
     stop = state["stop_reason"]
     if stop in STOPPED:
-        raise _refuse("stopped", f"the run stopped ({stop}); it accepts no {kind}",
+        raise refused("stopped", f"the run stopped ({stop}); it accepts no {kind}",
                       stop_reason=stop)
     if stop == "blocked" and kind not in ("question_answered", "approval_recorded",
                                           "cancelled", "failed", "question_opened"):
-        raise _refuse("blocked", f"the run is blocked; answer its open questions or record "
+        raise refused("blocked", f"the run is blocked; answer its open questions or record "
                       f"an approval before {kind}", open_questions=state["open_questions"])
     waiting = state["awaiting_approval"]
     if waiting is not None and kind not in ("approval_recorded", "cancelled", "failed",
                                             "question_opened", "budget_spent"):
-        raise _refuse("awaiting_approval", f"step {waiting} waits for an approval; {kind} "
+        raise refused("awaiting_approval", f"step {waiting} waits for an approval; {kind} "
                       "is not accepted meanwhile", step_id=waiting)
     _APPLY[kind](goal, state, event, now)
     state["version"] += 1
@@ -257,14 +170,14 @@ def _check_link(event: dict[str, Any], approvals: Mapping[str, str]) -> None:
     """An approval recorded in a run is a decision of the key table, never a claim."""
     known = approvals.get(event["approval_id"])
     if known == "consumed" and event["decision"] == "approved":
-        raise _refuse("approval_spent", f"approval {event['approval_id']} was spent already: "
+        raise refused("approval_spent", f"approval {event['approval_id']} was spent already: "
                       "an approval releases the run that records it before it is spent, and "
                       "no other; request a new one for this run")
     if known is None:
-        raise _refuse("approval_unknown", f"no approval {event['approval_id']!r} in the key "
+        raise refused("approval_unknown", f"no approval {event['approval_id']!r} in the key "
                       "table: request it (`gitstate approvals`) and record its decision")
     if known != event["decision"]:
-        raise _refuse("approval_mismatch", f"approval {event['approval_id']} stands at "
+        raise refused("approval_mismatch", f"approval {event['approval_id']} stands at "
                       f"{known}, not {event['decision']}", decision=known)
 
 
@@ -282,7 +195,7 @@ def _step_started(goal: dict[str, Any], state: dict[str, Any], e: dict[str, Any]
                   now: datetime) -> None:
     step = e["step_id"]
     if step in state["completed_steps"]:
-        raise _refuse("step_done", f"step {step} is completed already")
+        raise refused("step_done", f"step {step} is completed already")
     state["current_step"] = step
     if step in state["pending_steps"]:
         state["pending_steps"].remove(step)
@@ -296,7 +209,7 @@ def _step_completed(goal: dict[str, Any], state: dict[str, Any], e: dict[str, An
                     now: datetime) -> None:
     step = e["step_id"]
     if state["current_step"] != step:
-        raise _refuse("not_current", f"step {step} is not the current step "
+        raise refused("not_current", f"step {step} is not the current step "
                       f"({state['current_step']})")
     state["completed_steps"].append(step)
     state["current_step"] = None
@@ -307,10 +220,10 @@ def _tool_result(goal: dict[str, Any], state: dict[str, Any], e: dict[str, Any],
     ref, observed = e["evidence_ref"], format_time(parse_time(e["observed_at"]))
     known = state["evidence_times"].get(ref)
     if known is not None and parse_time(observed) < parse_time(known):
-        raise _refuse("stale", f"a result for {ref} observed at {observed} is older than the "
+        raise refused("stale", f"a result for {ref} observed at {observed} is older than the "
                       f"evidence recorded for it ({known})", evidence_ref=ref)
     if e["tool_call_id"] in state["tool_result_refs"]:
-        raise _refuse("duplicate", f"tool call {e['tool_call_id']} is recorded already")
+        raise refused("duplicate", f"tool call {e['tool_call_id']} is recorded already")
     state["tool_result_refs"].append(e["tool_call_id"])
     if ref not in state["evidence_refs"]:
         state["evidence_refs"].append(ref)
@@ -321,7 +234,7 @@ def _approval(goal: dict[str, Any], state: dict[str, Any], e: dict[str, Any],
               now: datetime) -> None:
     decision = e["decision"]
     if decision not in ("approved", "denied", "expired"):
-        raise _refuse("invalid", "approval_recorded.decision must be approved, denied or "
+        raise refused("invalid", "approval_recorded.decision must be approved, denied or "
                       "expired")
     state["approval_refs"].append(e["approval_id"])
     if decision == "approved":
@@ -343,7 +256,7 @@ def _question_opened(goal: dict[str, Any], state: dict[str, Any], e: dict[str, A
 def _question_answered(goal: dict[str, Any], state: dict[str, Any], e: dict[str, Any],
                        now: datetime) -> None:
     if e["question"] not in state["open_questions"]:
-        raise _refuse("no_question", "that question is not open")
+        raise refused("no_question", "that question is not open")
     state["open_questions"].remove(e["question"])
     if e["evidence_ref"] not in state["evidence_refs"]:
         state["evidence_refs"].append(e["evidence_ref"])
@@ -373,7 +286,7 @@ def _completed(goal: dict[str, Any], state: dict[str, Any], e: dict[str, Any],
     missing = [c for c in goal["success_criteria"]
                if c not in given or given[c] not in state["evidence_refs"]]
     if missing:
-        raise _refuse("criteria_unmet", f"{len(missing)} success criteria have no recorded "
+        raise refused("criteria_unmet", f"{len(missing)} success criteria have no recorded "
                       f"evidence: {'; '.join(missing)}", unmet=missing)
     state["criteria_evidence"] = dict(given)
     state["result_ref"] = e["result_ref"]

@@ -109,10 +109,11 @@ def check_size(run: dict[str, Any], now: datetime) -> None:
     """The cap every run commit keeps (``run.block_too_large``): checked by the ledger before
     it writes an event and by the replay of a run from elsewhere (gitstate/runs/check.py)."""
     from . import model as runs
+    from .validate import RunRefused
 
     size = largest(run, runs.next_action(run, now), UTC)
     if size > MAX_BYTES:
-        raise runs.RunRefused(f"after this event the run's <state> block would be {size} "
+        raise RunRefused(f"after this event the run's <state> block would be {size} "
                               f"bytes, over its cap of {MAX_BYTES} (it is never cut): "
                               "shorten the texts, or answer open questions first",
                               rule="run.block_too_large")

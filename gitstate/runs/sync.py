@@ -29,7 +29,7 @@ from ..core.layout import BRANCH, RUN_LOCK_FILE
 from ..system import faults, locking
 from .check import replay_problems
 from .format import PREFIX
-from .model import RunRefused, check_run_id
+from .validate import RunRefused, check_run_id
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

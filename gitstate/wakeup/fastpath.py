@@ -131,8 +131,9 @@ def run_block(agent_dir: str | os.PathLike[str], run_id: str, *, locale: str,
 
     from ..runs.format import PREFIX
     from ..runs.ledger import cached
-    from ..runs.model import check_run_id, next_action
+    from ..runs.model import next_action
     from ..runs.render import render_run
+    from ..runs.validate import check_run_id
 
     check_run_id(run_id)
     git_dir = Path(agent_dir) / STATE_DIR / ".git"

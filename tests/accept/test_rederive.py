@@ -30,6 +30,7 @@ from gitstate.core.model import format_time
 from gitstate.core.trailers import Change
 from gitstate.runs import model as runs
 from gitstate.runs.format import PREFIX, encode_run, message
+from gitstate.runs.validate import RunRefused, validate_event
 from tests.forge import Forge
 from tests.helpers import GIT, Clock, git, install_pre_receive, trust_remote
 from tests.hostile_git_server import served
@@ -426,8 +427,8 @@ def _run_commit(w: World, event: dict[str, Any], *, when: int, writer: str = "ru
     head = git(w.bare, "rev-parse", PREFIX + RUN).stdout.strip()
     run = json.loads(git(w.bare, "show", f"{head}:run.json").stdout)
     moment = datetime.fromtimestamp(when, UTC)
-    event = runs.validate_event(event)
-    with contextlib.suppress(runs.RunRefused):  # the forger writes the run.json it wants
+    event = validate_event(event)
+    with contextlib.suppress(RunRefused):  # the forger writes the run.json it wants
         run = runs.apply_event(run, event, writer, moment)
     if event["type"] == "approval_recorded" and event["decision"] == "approved":
         run["state"]["awaiting_approval"], run["state"]["stop_reason"] = None, None
@@ -558,7 +559,7 @@ def test_the_ledger_refuses_the_goals_the_replay_refuses(world: World) -> None:
     for event, rule in (({**GOAL, "budget": {"max_iterations": 3, "junk": 1}}, "run.invalid"),
                         ({**GOAL, "description": "d" * 900,
                           "criteria": [c * 900 for c in "cefg"]}, "run.block_too_large")):
-        with pytest.raises(runs.RunRefused) as err:
+        with pytest.raises(RunRefused) as err:
             world.a.runs.start("local-9", reason="start",
                                **{k: v for k, v in event.items() if k != "type"})
         assert err.value.rule == rule
@@ -576,7 +577,7 @@ def test_the_schemas_run_writers_hold_for_events_from_elsewhere(world: World) ->
     world.a.push()
     with StateRepo(world.b) as repo:
         repo.pull()
-    with world.human() as human, pytest.raises(runs.RunRefused) as err:
+    with world.human() as human, pytest.raises(RunRefused) as err:
         human.runs.event(RUN, {"type": "cancelled", "reason": "stop"}, "stop it")
     assert err.value.rule == "run.writer"
     forged = _run_commit(world, {"type": "cancelled", "reason": "stop"}, when=w_now(),
@@ -611,7 +612,7 @@ def test_a_spent_approval_releases_no_run_here_or_from_elsewhere(world: World) -
     world.a.push()
     with StateRepo(world.b) as repo:
         repo.pull()
-    with pytest.raises(runs.RunRefused) as err:
+    with pytest.raises(RunRefused) as err:
         world.a.runs.event(RUN, _recorded(world.approval), "released by a spent approval")
     assert err.value.rule == "run.approval_spent"
     forged = _run_commit(world, _recorded(world.approval, main_commit=_main(world)),

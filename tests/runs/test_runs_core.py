@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from gitstate.core.errors import InvalidInput
-from gitstate.runs import model as runs
-from gitstate.runs.model import RunRefused, apply_event, new_run, next_action
+from gitstate.runs.model import apply_event, new_run, next_action
+from gitstate.runs.validate import RunRefused, check_run_id
 
 NOW = datetime(2026, 8, 13, 1, 0, tzinfo=UTC)
 
@@ -192,5 +192,5 @@ def test_replay_is_deterministic() -> None:
 def test_run_ids() -> None:
     for bad in ("", "../x", "a..b", "x.lock", "-x", "a b", "x" * 65, "ü"):
         with pytest.raises(RunRefused):
-            runs.check_run_id(bad)
-    assert runs.check_run_id("refund-O-104") == "refund-O-104"
+            check_run_id(bad)
+    assert check_run_id("refund-O-104") == "refund-O-104"

@@ -21,7 +21,7 @@ import pytest
 from gitstate.api.repo import StateRepo
 from gitstate.core.errors import GitStateError
 from gitstate.runs.format import PREFIX
-from gitstate.runs.model import RunRefused
+from gitstate.runs.validate import RunRefused
 from tests.helpers import GIT, Clock, git, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]

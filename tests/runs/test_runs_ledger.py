@@ -12,7 +12,7 @@ import pytest
 
 from gitstate.api.repo import StateRepo
 from gitstate.runs.format import PREFIX
-from gitstate.runs.model import RunRefused
+from gitstate.runs.validate import RunRefused
 from tests.helpers import GIT, assert_fsck_clean, git
 
 ROOT = Path(__file__).resolve().parents[2]
