@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from ..store import GitStore
-    from ..store.base import CommitInfo
+    from ..store.objects import CommitInfo
 
 PREFIX = "refs/heads/runs/"
 RUN_FILE = "run.json"

@@ -19,18 +19,19 @@ that equals the parent commit's file (or, after a pull that moved main several c
 file the stamp names), which :meth:`GitStore.worktree_status` recognises as a leftover
 (repaired silently) rather than a hand edit (reported, never injected).
 
-``base`` opens the repository and holds the objects, refs and lock; ``worktree``,
-``transport`` (fetch), ``pushes`` and ``packs`` add the working tree, remotes and packing on
-top of it.
+``base`` opens the repository and holds the lock, with reading objects and history
+(``objects``) and refs (``refs``); ``worktree``, ``transport`` (fetch), ``pushes`` and
+``packs`` add the working tree, remotes and packing on top of it.
 
 May import: core, system.
 """
 
 from __future__ import annotations
 
-from .base import BRANCH, ZERO, CommitInfo, WorktreeStatus
+from .base import BRANCH, ZERO, WorktreeStatus
 from .commits import CommitOps
 from .fs import atomic_write, git_blob_id, ref_names
+from .objects import CommitInfo
 from .packs import PackOps
 from .pushes import PushOps
 from .trees import TreeOps

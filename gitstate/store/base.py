@@ -1,13 +1,13 @@
-"""The repository itself: opening and creating it, the write lock, objects, refs and
-history walks (see the package docstring for the write protocol)."""
+"""The repository itself: opening and creating it, the durability mode, the quarantine of
+foreign objects, the write lock and the sweep of what a killed writer left (see the package
+docstring for the write protocol). Reading objects and history is ``objects.py``'s, reading
+refs ``refs.py``'s; :class:`RepoBase` joins them."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
-import stat
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self, TypeVar
 
-from dulwich.errors import NotGitRepository, PackedRefsException
+from dulwich.errors import NotGitRepository
 from dulwich.file import FileLocked
 from dulwich.object_store import BaseObjectStore
-from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree
+from dulwich.objects import ObjectID
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
@@ -26,26 +26,15 @@ from ..core import layout
 from ..core.errors import NotInitialized, StoreError
 from ..core.layout import INCOMING_PREFIX, LOCK_FILE, WRITING_FILE
 from ..system import locking
-from . import packwrite, rawobj, recovery
+from . import packwrite, recovery
 from .durability import Flush, flush_for
 from .fs import exclude_projection, holds_data
-from .objheader import HeaderError, Headers, read_strict
+from .objects import ObjectReads
+from .refs import RefReads
 
 BRANCH = Ref(layout.BRANCH.encode())
 ZERO = ObjectID(b"0" * 40)
 T = TypeVar("T")
-ObjT = TypeVar("ObjT", bound=ShaFile)
-# the ref names gitstate itself writes (main, runs/<id>, refs/gitstate/..., thread refs in
-# percent-encoding): only these are read by the fast path; the rest goes through dulwich
-_OWN_REF = re.compile(r"refs/[A-Za-z0-9_%+-][A-Za-z0-9._%+-]*(/[A-Za-z0-9_%+-][A-Za-z0-9._%+-]*)*")
-_REF_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-def _refuse_special(name: str, mode: int) -> None:
-    if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
-        raise StoreError(f"{name} is not a regular file (a FIFO, device or socket was put "
-                         "in its place); remove it, then run `gitstate verify`",
-                         rule="store.bad_ref")
 
 
 def release_at_exit(owner: object, close: Callable[..., object],
@@ -71,17 +60,6 @@ def _close_repo(repo: Repo, stores: list[BaseObjectStore]) -> None:
 
 
 @dataclass(frozen=True)
-class CommitInfo:
-    """What a history walk yields per commit."""
-
-    id: str
-    parents: tuple[str, ...]
-    time: int
-    message: bytes
-    author: str
-
-
-@dataclass(frozen=True)
 class WorktreeStatus:
     """How the working tree relates to HEAD."""
 
@@ -92,7 +70,7 @@ class WorktreeStatus:
     invalid: tuple[tuple[str, str], ...] = ()  # hand edits that are no valid state, and why
 
 
-class RepoBase:
+class RepoBase(ObjectReads, RefReads):
     """One state repository: opening and creating it, the lock, objects and refs."""
 
     def __init__(self, path: Path) -> None:
@@ -121,8 +99,8 @@ class RepoBase:
         self.flush: Flush = Flush()  # strict until the owner picks a mode (set_durability)
         # commit id -> (parent ids, file name -> blob id): commits are immutable, so the few
         # most recent ones are kept to spare re-reading objects on every write.
-        self._known: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {}
-        self.last_commit: CommitInfo | None = None
+        self._known = {}
+        self.last_commit = None
         self._last_commit_time = 0
         self.last_objects: list[str] = []
         self._lock_fd: int | None = None  # the write lock's descriptor, while held
@@ -132,7 +110,7 @@ class RepoBase:
         # git fsck's rules (``rawobj``); set by ``use_quarantine`` and the fetch quarantine
         self.strict = False
         self._object_dirs = [f"{self.git_path}/objects"]
-        self._headers: Headers | None = None
+        self._headers = None
 
     def set_durability(self, mode: str) -> str:
         """Pick the flushes for ``mode`` (auto: from this repository's file system);
@@ -152,18 +130,6 @@ class RepoBase:
         self._object_dirs.insert(0, object_dir)
         self.strict = True
         self.close_headers()
-
-    def headers(self) -> Headers:
-        """Header reads (sizes, bounded loose reads) over this store's object directories."""
-        if self._headers is None:
-            oid = self.repo.object_store.object_format.oid_length
-            self._headers = Headers(self._object_dirs, oid)
-        return self._headers
-
-    def close_headers(self) -> None:
-        if self._headers is not None:
-            self._headers.close()
-            self._headers = None
 
     # -- creation -------------------------------------------------------------------------
 
@@ -288,195 +254,6 @@ class RepoBase:
                     time.sleep(0.005 * attempt)
         raise StoreError(f"{lock} stays taken: another program is writing; once none runs, "
                          "remove it and try again", rule="store.contention")
-
-    # -- reading --------------------------------------------------------------------------
-
-    def head(self) -> str | None:
-        return self.ref(layout.BRANCH)
-
-    def read_file(self, commit: str, name: str) -> bytes | None:
-        """A file's bytes at ``commit``, or None when it is not in that tree."""
-        tree = self._tree(commit)
-        try:
-            _, sha = tree[name.encode()]
-        except KeyError:
-            return None
-        return self._read_as(sha, Blob, f"blob of {name} at {commit}").as_raw_string()
-
-    def file_ids(self, commit: str) -> dict[str, str]:
-        """File name -> blob id at ``commit``."""
-        known = self._known.get(commit)
-        if known is not None:
-            return dict(known[1])
-        # a name that is not UTF-8 cannot be one of ours; ``tree_entries`` reports it
-        ids = {e.path.decode("utf-8", "replace"): e.sha.decode()
-               for e in self._tree(commit).iteritems()}
-        self._remember(commit, tuple(p.decode() for p in self._commit(commit).parents), ids)
-        return dict(ids)
-
-    def tree_entries(self, commit: str) -> list[tuple[bytes, int, str]]:
-        """The (name, mode, object id) entries of ``commit``'s tree as its raw bytes hold
-        them, in order, for checking a commit gitstate did not make: parsed by git fsck's
-        rules (``rawobj.tree_entries``: duplicates, order, modes, names), a StoreError
-        naming the rule for a tree git would refuse."""
-        tree = self._tree(commit)  # dulwich keeps the raw bytes it parsed
-        return rawobj.tree_entries(tree.as_raw_string(), len(tree.id) // 2)
-
-    def object_size(self, sha: str) -> int:
-        """The size of an object's content (a blob's byte count), read from its loose or
-        pack header (a delta's from the delta's header): nothing of it is inflated."""
-        for attempt in range(2):
-            try:
-                return self.headers().size(sha)[1]
-            except KeyError as exc:
-                self.refresh_objects()  # a pack written since: list them again
-                if attempt:
-                    raise StoreError(f"object {sha} is missing from the object store",
-                                     rule="store.missing_object") from exc
-            except HeaderError as exc:
-                raise StoreError(f"object {sha} is damaged: {exc}",
-                                 rule="store.corrupt_object") from exc
-        raise AssertionError("unreachable")
-
-    def commit_times(self, commit: str) -> tuple[int, int]:
-        """(author time, committer time) of ``commit``."""
-        last = self.last_commit
-        if last is not None and last.id == commit:
-            return last.time, self._last_commit_time
-        obj = self._commit(commit)
-        return obj.author_time, obj.commit_time
-
-    def parents(self, commit: str) -> tuple[str, ...]:
-        known = self._known.get(commit)
-        if known is not None:
-            return known[0]
-        return tuple(p.decode() for p in self._commit(commit).parents)
-
-    def _remember(self, commit: str, parents: tuple[str, ...], ids: dict[str, str]) -> None:
-        if len(self._known) >= 512:  # a checkpointer writes many threads in turn
-            self._known.pop(next(iter(self._known)))
-        self._known[commit] = (parents, ids)
-
-    def commit_info(self, commit: str) -> CommitInfo:
-        obj = self._commit(commit)
-        return CommitInfo(
-            id=commit,
-            parents=tuple(p.decode() for p in obj.parents),
-            time=obj.commit_time,
-            message=obj.message,
-            author=obj.author.decode("utf-8", "replace"),
-        )
-
-    def walk(self, head: str, stop: str | None = None) -> Iterator[CommitInfo]:
-        """First-parent history from ``head`` back to (excluding) ``stop``, newest first."""
-        current: str | None = head
-        while current and current != stop:
-            info = self.commit_info(current)
-            yield info
-            current = info.parents[0] if info.parents else None
-
-    def refresh_objects(self) -> None:
-        """List the pack directory again: a long-lived process outlives packs, misses new ones."""
-        self.close_headers()
-        self.repo.object_store.packs  # noqa: B018  # lists the directory: adds, drops
-
-    def _get(self, sha: ObjectID) -> ShaFile:
-        """Read an object. dulwich looks in packs, then loose: a concurrent repack can move
-        a loose object into a new pack between the two looks, and another process may have
-        added a pack since, so a miss lists the pack directory again and retries, as git does."""
-        if self.strict:
-            return self._get_strict(sha)
-        for attempt in range(3):
-            try:
-                return self.repo.object_store[sha]
-            except KeyError:
-                self.refresh_objects()
-                time.sleep(0.005 * attempt)
-        return self.repo.object_store[sha]
-
-    def _get_strict(self, sha: ObjectID) -> ShaFile:
-        """A foreign object, read by ``objheader.read_strict``: its size from its header
-        against ``layout.OBJECT_MAX_BYTES`` before anything is inflated, trees and
-        commits parsed by git fsck's rules (``rawobj``) before dulwich parses them."""
-        try:
-            type_num, raw = read_strict(self.headers(), self.repo.object_store.get_raw,
-                                        sha.decode(), layout.OBJECT_MAX_BYTES)
-        except HeaderError as exc:
-            raise StoreError(f"object {sha.decode()} is damaged: {exc}",
-                             rule="store.corrupt_object") from exc
-        if type_num == 2:
-            rawobj.tree_entries(raw, len(sha) // 2)
-        elif type_num == 1:
-            rawobj.check_commit(raw)
-        return ShaFile.from_raw_string(type_num, raw, sha)
-
-    def _commit(self, commit: str) -> Commit:
-        return self._read_as(ObjectID(commit.encode()), Commit, f"commit {commit}")
-
-    def _tree(self, commit: str) -> Tree:
-        return self._read_as(self._commit(commit).tree, Tree, f"tree of {commit}")
-
-    def _read_as(self, sha: ObjectID, kind: type[ObjT], what: str) -> ObjT:
-        """An object of the expected type, or a StoreError naming the damaged object."""
-        try:
-            obj = self._get(sha)
-        except KeyError as exc:
-            raise StoreError(f"{what} ({sha.decode()}) is missing from the object store",
-                             rule="store.missing_object") from exc
-        except StoreError:
-            raise
-        except Exception as exc:  # zlib / header / format errors: a damaged object file
-            raise StoreError(f"{what} ({sha.decode()}) is corrupt ({exc}); run "
-                             "`gitstate verify`", rule="store.corrupt_object") from exc
-        if not isinstance(obj, kind):
-            raise StoreError(f"{what} ({sha.decode()}) is not a {kind.__name__.lower()}",
-                             rule="store.corrupt_object")
-        return obj
-
-    # -- refs -------------------------------------------------------------------------
-
-    def ref(self, name: str) -> str | None:
-        """The commit a ref names, or None. A write reads a ref three times (recovery, the
-        base, the compare-and-swap), so a loose ref file holding a plain object id is read
-        directly (one open and read, no symlink followed); anything else (a packed ref, a
-        symbolic ref, a symlink, an odd name) goes through dulwich. A FIFO, device or
-        socket in a ref's place (itself or behind a symlink) is refused before dulwich
-        opens it: its read would block or never end."""
-        path = f"{self.git_path}/{name}"
-        if ".." not in name:
-            try:
-                fd = os.open(path, _REF_FLAGS)
-            except FileNotFoundError:
-                fd = -1  # no loose ref: perhaps a packed one
-            except OSError:
-                fd = -2  # a symlink (O_NOFOLLOW), or a FIFO with no writer (ENXIO)
-            if fd >= 0:
-                try:
-                    mode = os.fstat(fd).st_mode
-                    data = os.read(fd, 72) if stat.S_ISREG(mode) else b""
-                finally:
-                    os.close(fd)
-                _refuse_special(name, mode)
-                value = data[:-1]
-                if _OWN_REF.fullmatch(name) and not name.endswith(".lock") and \
-                        data[-1:] == b"\n" and len(value) in (40, 64) and \
-                        value.strip(b"0123456789abcdef") == b"":
-                    return value.decode()
-            elif fd == -2:
-                with contextlib.suppress(OSError):
-                    _refuse_special(name, os.stat(path).st_mode)  # what a symlink names
-        try:
-            return self.repo.refs[Ref(name.encode())].decode()
-        except KeyError:
-            return None
-        except PackedRefsException as exc:
-            raise StoreError(f"packed-refs is damaged ({exc}); repair it with git",
-                             rule="store.bad_ref") from exc
-
-    def is_ancestor(self, ancestor: str, commit: str) -> bool:
-        """Whether ``ancestor`` is on ``commit``'s first-parent chain (gitstate histories
-        are linear)."""
-        return any(info.id == ancestor for info in self.walk(commit))
 
     @staticmethod
     def _fsync_dirs(dirs: set[str]) -> None:

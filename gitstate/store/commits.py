@@ -29,9 +29,10 @@ from ..core.errors import StoreError
 from ..core.layout import FILE_MODE
 from ..system import faults, safefile, sshsig
 from . import packfmt, packwrite
-from .base import ZERO, CommitInfo, RepoBase
+from .base import ZERO, RepoBase
 from .durability import Flush
 from .fs import created_dirs, exchange
+from .objects import CommitInfo
 
 Objects = list[tuple[bytes, int, bytes]]  # (binary name, type number, body)
 

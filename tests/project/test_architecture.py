@@ -300,7 +300,7 @@ READ_OPENS = {
     ("gitstate.store.durability", "fsync_paths"): "read-only descriptors, only to fsync them",
     ("gitstate.store.fs", "fsync_file"): "a read-only descriptor, only to fsync it",
     ("gitstate.store.base", "_fsync_dirs"): "a read-only descriptor, only to fsync it",
-    ("gitstate.store.base", "ref"): "a loose ref, O_NOFOLLOW | O_NONBLOCK, fstat-checked",
+    ("gitstate.store.refs", "ref"): "a loose ref, O_NOFOLLOW | O_NONBLOCK, fstat-checked",
     ("gitstate.store.objheader", "*"): "git objects and packs read by descriptor, O_NOFOLLOW",
     ("gitstate.store.packindex", "*"): "a pack read back to index it",
 }
