@@ -31,7 +31,7 @@ from ..system import locking
 from .check import check_thread, parse_ref
 from .format import PREFIX, check_ids, check_new_thread, digest
 from .journal import Journal
-from .wal import Shard, shard_of
+from .wal import Shard, WriteAheadLog, shard_of
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -107,9 +107,20 @@ def pending(store: GitStore, thread_id: str) -> bool:
         shard.close()
 
 
+def replayed(store: GitStore) -> None:
+    """What the write-ahead log holds and git lacks (after a power loss) put back into
+    git before threads travel (gitstate/threads/wal.py), as a saver does on opening."""
+    log = WriteAheadLog(store)
+    try:
+        log.replay_all()
+    finally:
+        log.close()
+
+
 def push(store: GitStore, url: str, threads: Threads,
          lock: Callable[[], AbstractContextManager[None]]) -> dict[str, Any]:
     """Push the asked-for threads that moved since last seen: {pushed, refused, pending}."""
+    replayed(store)
     local = _chosen(store.refs_under(PREFIX), threads)
     updates = {}
     for ref, (_thread, head) in local.items():
@@ -132,6 +143,7 @@ def pull(store: GitStore, url: str, threads: Threads,
          lock: Callable[[], AbstractContextManager[None]]) -> dict[str, Any]:
     """Fast-forward the asked-for threads the remote has further: {pulled, diverged,
     ahead}; Refused (``remote.thread_invalid``) when one does not pass the rule."""
+    replayed(store)
     out: dict[str, Any] = {"pulled": [], "diverged": [], "ahead": []}
     known = {PREFIX + rest for rest in store.refs_under(PREFIX)}
     with store.incoming(url, ("threads",), known=known, action="pull") as got:
