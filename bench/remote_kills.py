@@ -35,7 +35,7 @@ from pathlib import Path
 from remote import git_daemon
 
 from gitstate.api.repo import StateRepo
-from gitstate.audit import views as audit
+from gitstate.audit import integrity
 from gitstate.core.errors import StoreError
 from gitstate.core.layout import STATE_FILE
 from gitstate.runs.format import PREFIX
@@ -102,7 +102,7 @@ def recover(agent: Path, action: str, tally: Tally) -> None:
 
 def check(agent: Path, tally: Tally) -> None:
     with StateRepo(agent) as repo:
-        failed = [f"{c.name}: {c.detail}" for c in audit.verify(repo) if not c.ok]
+        failed = [f"{c.name}: {c.detail}" for c in integrity.verify(repo) if not c.ok]
         head_file = git(repo.state_dir, "show", f"main:{STATE_FILE}")
         if (repo.state_dir / STATE_FILE).read_text() != head_file:
             failed.append("worktree: not HEAD's file")

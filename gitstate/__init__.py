@@ -36,7 +36,8 @@ _EXPORTS = {name: module for module, names in {
     "system.config": ("Config", "load_config",),
     # the wake-up path and the auditor's views
     "wakeup.fastpath": ("section",),
-    "audit.views": ("verify", "log", "blame", "show", "diff_states", "Check", "StateDiff",),
+    "audit.views": ("log", "blame", "show", "diff_states", "StateDiff",),
+    "audit.integrity": ("verify", "Check",),
     # the error tree
     "core.errors": ("GitStateError", "UsageError", "NotInitialized", "Refused", "InvalidInput",
                     "CasMismatch", "KeyCapReached", "SectionTooLarge", "InjectionTooLarge",
@@ -104,7 +105,8 @@ __all__ = [  # the keys of _EXPORTS and the version (a test keeps the two in ste
 if TYPE_CHECKING:
     from .api.repo import StateRepo
     from .approvals.steps import Spend, Verdict
-    from .audit.views import Check, StateDiff, blame, diff_states, log, show, verify
+    from .audit.integrity import Check, verify
+    from .audit.views import StateDiff, blame, diff_states, log, show
     from .core.errors import (
         CasMismatch,
         ConfigError,

@@ -102,7 +102,7 @@ MOVED = {  # old module -> its new home
 # (split since: a name is looked up in each in turn, so one that another imports comes first)
 FORWARDED = {
     "gitstate.approvals": ("gitstate.approvals.steps", "gitstate.approvals.recorded"),
-    "gitstate.audit": ("gitstate.audit.views",),
+    "gitstate.audit": ("gitstate.audit.views", "gitstate.audit.integrity"),
     "gitstate.langgraph": ("gitstate.langgraph.saver",),
     "gitstate.report": ("gitstate.report.build",),
     "gitstate.runs": ("gitstate.runs.validate", "gitstate.runs.model"),

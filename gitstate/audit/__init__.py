@@ -1,5 +1,5 @@
-"""The auditor's views: log, show, diff, blame and verify of one agent, and the fleet
-view of many.
+"""The auditor's views: log, show, diff and blame of one agent (views), verify's integrity
+checks (integrity), and the fleet view of many.
 
 May import: every package below it (core ... wakeup).
 """

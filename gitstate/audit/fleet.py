@@ -17,7 +17,7 @@ from ..core.model import format_time
 from ..core.records import ChangeRecord
 from ..core.timebase import UTC, datetime
 from ..system import gitcli
-from . import views as audit
+from . import integrity
 
 
 def agent_dirs(root: Path) -> list[Path]:
@@ -59,7 +59,7 @@ def opened_row(agent: Path, expiring_hours: float, full: bool) -> dict[str, Any]
     with StateRepo(agent) as repo:
         now = repo.now()
         st = repo.sync_status()
-        checks = audit.verify(repo, use_git=False) if full else audit.quick_checks(repo)
+        checks = integrity.verify(repo, use_git=False) if full else integrity.quick_checks(repo)
         mark, head = repo.reader.snapshot()
         last = repo.reader.recent(head, 1, mark)[0][0]
         return _row(repo.state().live(now), last, now, expiring_hours, checks,
@@ -67,7 +67,7 @@ def opened_row(agent: Path, expiring_hours: float, full: bool) -> dict[str, Any]
 
 
 def _row(live: dict[str, Any], last: ChangeRecord, now: datetime, expiring_hours: float,
-         checks: list[audit.Check], ahead: int | None, behind: int, remote: str | None,
+         checks: list[integrity.Check], ahead: int | None, behind: int, remote: str | None,
          full: bool) -> dict[str, Any]:
     soon = format_time(datetime.fromtimestamp(now.timestamp() + expiring_hours * 3600, UTC))
     failed = [c.name for c in checks if not c.ok]
@@ -101,7 +101,7 @@ def quick_row(agent: Path, expiring_hours: float) -> dict[str, Any] | None:
         return None
     (state, head), last = fast, projection.tail(1)
     try:
-        config_text = audit.git_config_text(state_dir)
+        config_text = integrity.git_config_text(state_dir)
     except OSError:
         return None
     urls = [v for sec, sub, key, v in gitcli.config_entries(config_text)
@@ -110,8 +110,8 @@ def quick_row(agent: Path, expiring_hours: float) -> dict[str, Any] | None:
     if len(urls) > 1 or any(c in "".join(urls) for c in "\\\"") or \
             (seen is not None and seen != head) or not last:
         return None  # a url only git's own parser reads right, or commits to count
-    checks = [audit.maintenance_check(state_dir), audit.git_config_check(state_dir),
-              audit.stray_check(state_dir)]
+    checks = [integrity.maintenance_check(state_dir), integrity.git_config_check(state_dir),
+              integrity.stray_check(state_dir)]
     now = datetime.now(UTC).replace(microsecond=0)
     return _row(state.live(now), last[0], now, expiring_hours, checks,
                 None if not urls else 0, 0, urls[0] if urls else None, False)

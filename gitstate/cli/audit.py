@@ -294,7 +294,7 @@ def verify(obj: Ctx, no_git: bool, as_json: bool) -> None:
 
     Exit 1 when any check fails; each failure says what to do.
     """
-    from ..audit.views import verify as verify_checks
+    from ..audit.integrity import verify as verify_checks
 
     with obj.repo() as repo:
         checks = verify_checks(repo, use_git=not no_git)

@@ -29,7 +29,7 @@ KEY_EVENTS = 2000  # a key's page shows its newest changes (and receipts) up to 
 
 
 def overview(repo: StateRepo, name: str, use_git: bool = False) -> dict[str, Any]:
-    from ..audit.views import verify
+    from ..audit.integrity import verify
 
     now = repo.now()
     state = repo.state()

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from gitstate.api.repo import StateRepo
+from gitstate.audit import integrity
 from gitstate.audit import views as audit
 from gitstate.core.errors import CasMismatch, InvalidInput
 from gitstate.core.model import Entry, Handoff, State
@@ -59,7 +60,7 @@ def test_history_symlink_never_touches_its_target(repo: StateRepo, tmp_path: Pat
         assert [r["op"] for r in to_json(again.get())["history"]] == ["set", "init"]
         again.set("k", 2, "two")
         assert [r["op"] for r in again.history()] == ["set", "set", "init"]
-        assert all(c.ok for c in audit.verify(again))
+        assert all(c.ok for c in integrity.verify(again))
     assert outside.read_bytes() == b"precious line 1\nprecious line 2 without newline"
     assert not history.is_symlink() and history.is_file()
 
@@ -233,7 +234,7 @@ def test_a_dead_maintenance_run_is_stale(repo: StateRepo, agent_dir: Path) -> No
     pid_file.write_text(str(_dead_pid()))
     start = time.monotonic()
     assert wait_idle(repo.state_dir / ".git", timeout=30)
-    assert all(c.ok for c in audit.verify(repo))
+    assert all(c.ok for c in integrity.verify(repo))
     assert time.monotonic() - start < 20
     run_gc(repo.reader)  # not "already running"
     (agent_dir / "config.toml").write_text("[gitstate]\nauto_gc = false\n")
@@ -317,7 +318,7 @@ def test_commit_times_never_go_back(repo: StateRepo, clock: Clock) -> None:
     assert times == sorted(times, reverse=True)
     moment = datetime.fromtimestamp(first, UTC)
     assert audit.commit_at(repo, moment) == repo.head()  # the newest state at that second
-    assert all(c.ok for c in audit.verify(repo))
+    assert all(c.ok for c in integrity.verify(repo))
 
 
 @pytest.mark.parametrize("args", [
@@ -372,7 +373,7 @@ def test_full_disk_during_rebuild_and_gc_is_a_clear_error(tmp_path: Path) -> Non
         filler.unlink()
         with StateRepo(agent) as repo:
             assert repo.state().keys["k"].value == 29
-            assert all(c.ok for c in audit.verify(repo))
+            assert all(c.ok for c in integrity.verify(repo))
 
 
 def test_a_remote_packed_with_a_bitmap_still_pulls(tmp_path: Path) -> None:
@@ -393,15 +394,15 @@ def test_a_remote_packed_with_a_bitmap_still_pulls(tmp_path: Path) -> None:
                 assert b.state().keys["k"].value == i
                 subprocess.run(["git", "-C", str(bare), "gc", "-q"], check=True)
                 assert list((bare / "objects" / "pack").glob("*.bitmap"))
-            assert all(c.ok for c in audit.verify(b))
+            assert all(c.ok for c in integrity.verify(b))
 
 
 def test_verify_names_files_that_do_not_belong(repo: StateRepo) -> None:
     """A .gitconfig (or anything else) placed in the state directory is reported."""
     repo.set("k", 1, "r")
-    assert all(c.ok for c in audit.verify(repo))
+    assert all(c.ok for c in integrity.verify(repo))
     (repo.state_dir / ".gitconfig").write_text("[core]\n\tfsmonitor = touch MARK\n")
-    checks = {c.name: c for c in audit.verify(repo)}
+    checks = {c.name: c for c in integrity.verify(repo)}
     assert not checks["stray-files"].ok and ".gitconfig" in checks["stray-files"].detail
 
 

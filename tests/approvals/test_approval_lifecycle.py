@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gitstate.api.repo import StateRepo
-from gitstate.audit import views as audit
+from gitstate.audit import integrity
 from gitstate.core.errors import InvalidInput, KeyCapReached
 from tests.helpers import GIT, Clock, run_cli
 
@@ -54,7 +54,7 @@ def test_request_approve_spend_cycles_never_fill_the_table(agent_dir: Path) -> N
     out = run_cli("approvals", "--all", "--json", agent_dir=agent_dir)
     assert out.returncode == 0, out.stderr
     assert len(json.loads(out.stdout)["approvals"]) == CYCLES + 3
-    assert all(c.ok for c in audit.verify(repo)), [c for c in audit.verify(repo) if not c.ok]
+    assert all(c.ok for c in integrity.verify(repo)), [c for c in integrity.verify(repo) if not c.ok]
     if GIT is not None:
         log = subprocess.run([GIT, "-C", str(repo.store.git_dir), "log", "--format=%B", "main"],
                              capture_output=True, text=True, check=True).stdout
@@ -92,7 +92,7 @@ def test_a_retired_approval_keeps_its_rules(agent_dir: Path) -> None:
         repo.deny(denied, "no again")
     assert exc.value.rule == "approval.decided"
     assert not repo.can_run("refund", {"order": 1})
-    assert all(c.ok for c in audit.verify(repo))
+    assert all(c.ok for c in integrity.verify(repo))
     repo.close()
 
 
@@ -123,5 +123,5 @@ def test_expired_approvals_leave_the_stored_table(agent_dir: Path, clock: Clock)
     with pytest.raises(InvalidInput) as err:
         repo.clear(f"approval.{live}", "erase a live request")
     assert err.value.rule == "approval.reserved"
-    assert all(c.ok for c in audit.verify(repo))
+    assert all(c.ok for c in integrity.verify(repo))
     repo.close()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gitstate.api.repo import StateRepo
+from gitstate.audit import integrity
 from gitstate.audit import views as audit
 from gitstate.core.errors import InvalidInput, Refused
 from tests.helpers import Clock, run_cli
@@ -66,7 +67,7 @@ def test_the_lifecycle(runtime: StateRepo, clock: Clock) -> None:
     trailers = audit.show(runtime, runtime.head())["trailers"]
     assert [t for t in trailers if t[0] == "Gitstate-Approval"] == [
         ["Gitstate-Approval", "consume"]]
-    assert all(c.ok for c in audit.verify(runtime))
+    assert all(c.ok for c in integrity.verify(runtime))
 
 
 def test_consume_checks_the_arguments_too(runtime: StateRepo, clock: Clock) -> None:

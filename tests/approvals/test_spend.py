@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from gitstate.api.repo import StateRepo
+from gitstate.audit import integrity
 from gitstate.audit import views as audit
 from gitstate.core.errors import GitStateError, Refused
 from tests.helpers import GIT, free_port, git, run_cli, trust_remote
@@ -99,7 +100,7 @@ def test_a_body_that_raises_leaves_an_audited_outcome(repo: StateRepo, tmp_path:
         pytest.fail("a consumed approval ran again")
     assert exc.value.rule == "approval.not_runnable"
     # a clone checks the outcome step like any commit from elsewhere (foreign.py)
-    assert all(c.ok for c in audit.verify(repo))
+    assert all(c.ok for c in integrity.verify(repo))
     bare = tmp_path / "remote.git"
     subprocess.run([GIT or "git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
     repo.store.set_remote_url(str(bare))
@@ -250,7 +251,7 @@ def _names_the_winners(repo: StateRepo, won: dict[str, str]) -> None:
         assert record["consumed_by"] == repo.store.commit_info(commit).message.decode() \
             .split("Gitstate-Actor: ")[1].split("\n")[0]
         assert record["consumed_by"] in ("gateway-a", "gateway-b")
-    assert all(c.ok for c in audit.verify(repo))
+    assert all(c.ok for c in integrity.verify(repo))
 
 
 @pytest.mark.slow
@@ -329,7 +330,7 @@ def test_a_decision_is_bound_to_the_state_it_was_made_on(repo: StateRepo) -> Non
     with pytest.raises(Refused) as exc, repo.spend_approval(other, "refund", ARGS):
         pytest.fail("a void approval ran")
     assert exc.value.details["key"] == "fx.usd"
-    assert all(c.ok for c in audit.verify(repo))
+    assert all(c.ok for c in integrity.verify(repo))
 
 
 @pytest.mark.skipif(GIT is None, reason="needs the git CLI for the bare remote")

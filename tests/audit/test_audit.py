@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gitstate.api.repo import StateRepo
+from gitstate.audit import integrity
 from gitstate.audit import views as audit
 from gitstate.core.errors import CasMismatch, HistoryRewritten, KeyCapReached, Refused
 from gitstate.core.model import STATE_FILE, State
@@ -106,7 +107,7 @@ def test_show_diff_blame_and_verify(big: tuple[Path, list[dict[str, object]]]) -
         for key, row in blame.items():
             newest = next(audit.log(repo, key=key, limit=1))
             assert row["commit"] == newest["commit"]
-        assert all(c.ok for c in audit.verify(repo)), [c for c in audit.verify(repo) if not c.ok]
+        assert all(c.ok for c in integrity.verify(repo)), [c for c in integrity.verify(repo) if not c.ok]
 
 
 def test_at_reproduces_what_a_wake_up_saw(agent_dir: Path, clock: Clock) -> None:
@@ -196,7 +197,7 @@ def test_adopt_turns_a_hand_edit_into_one_commit(repo: StateRepo) -> None:
     assert not isinstance(result, dict)
     assert repo.state().keys["k"].value == 5 and commit_count(repo.state_dir) == before + 1
     assert repo.state().keys["k"].reason == "operator corrected k by hand"
-    assert all(c.ok for c in audit.verify(repo))
+    assert all(c.ok for c in integrity.verify(repo))
     path.write_text(path.read_text().replace('"value": 5', '"value": "a\\nb"'))
     with pytest.raises(Refused):
         repo.adopt("bad edit")
@@ -214,7 +215,7 @@ def _copy(agent: Path, tmp_path: Path) -> Path:
 
 def _failed(agent: Path) -> set[str]:
     with StateRepo(agent) as repo:
-        return {c.name for c in audit.verify(repo) if not c.ok}
+        return {c.name for c in integrity.verify(repo) if not c.ok}
 
 
 def test_tamper_hand_edit_is_named(repo: StateRepo) -> None:

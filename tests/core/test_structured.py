@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gitstate.api.repo import StateRepo
-from gitstate.audit import views as audit
+from gitstate.audit import integrity
 from gitstate.core.compare import values_match
 from gitstate.core.errors import CasMismatch, InvalidInput, SectionTooLarge
 from gitstate.core.model import Entry, State
@@ -62,7 +62,7 @@ def test_round_trip_through_every_surface(repo: StateRepo, value: Any) -> None:
     # the section shows every value through inline() (runs of spaces collapsed)
     assert len(line) == 1 and line[0].startswith(f"- facts = {inline(compact)} (set ")
     assert values_match(json.loads(compact), value)
-    assert all(c.ok for c in audit.verify(repo, use_git=False))  # replay == the file
+    assert all(c.ok for c in integrity.verify(repo, use_git=False))  # replay == the file
 
 
 @pytest.fixture(scope="module")
@@ -110,10 +110,10 @@ def test_verify_push_and_pull_keep_structures(tmp_path: Path) -> None:
         a.set("plan", plan, "the plan")
         a.set("plan", [*plan, {"step": "finish", "done": False}], "one more step")
         a.push()
-        assert all(c.ok for c in audit.verify(a))
+        assert all(c.ok for c in integrity.verify(a))
     with StateRepo.clone(str(bare), tmp_path / "b") as b:
         assert b.state().keys["plan"].value[2] == {"step": "finish", "done": False}
-        assert all(c.ok for c in audit.verify(b))
+        assert all(c.ok for c in integrity.verify(b))
     assert_fsck_clean(tmp_path / "b" / "state")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gitstate.api.repo import StateRepo
-from gitstate.audit import views as audit
+from gitstate.audit import integrity
 from gitstate.core.errors import InvalidInput, Refused
 from gitstate.core.model import State
 from gitstate.core.results import to_json
@@ -107,7 +107,7 @@ def test_schema_set_refused_when_live_state_breaks_it(agent_dir: Path, clock: Cl
         with pytest.raises(InvalidInput) as err2:
             repo.set_schema(TRADING, "same version again")
         assert err2.value.rule == "schema.version"
-        assert all(c.ok for c in audit.verify(repo))
+        assert all(c.ok for c in integrity.verify(repo))
 
 
 def test_old_schema_policy_expired_entries_stay_readable(agent_dir: Path, clock: Clock) -> None:
@@ -197,7 +197,7 @@ def test_observations_own_the_transitions(agent_dir: Path, clock: Clock) -> None
         repo.register_observation("bad", lambda s, p: {"ticket_id": 12})
         with pytest.raises(InvalidInput):
             repo.apply_observation("bad", {})
-        assert all(c.ok for c in audit.verify(repo))
+        assert all(c.ok for c in integrity.verify(repo))
 
 
 def test_refund_gateway_example(tmp_path: Path) -> None:
@@ -234,7 +234,7 @@ def test_refund_gateway_example(tmp_path: Path) -> None:
         [record] = repo.approvals()
         assert record["status"] == "consumed" and record["decided_by"] == "human"
         assert not repo.can_run("refund", {"ticket": "T1", "amount": 120})
-        assert all(c.ok for c in audit.verify(repo))
+        assert all(c.ok for c in integrity.verify(repo))
 
 
 def test_request_ids_make_retries_idempotent(repo: StateRepo) -> None:
@@ -275,7 +275,7 @@ def test_reverting_an_observation_and_a_schema_change(agent_dir: Path, clock: Cl
         state = repo.state()
         assert "ticket_id" not in state.keys and state.keys["phase"].value == "gather"
         assert repo.allowed_tools() == ["search", "get_ticket"]
-        assert all(c.ok for c in audit.verify(repo))
+        assert all(c.ok for c in integrity.verify(repo))
         schema_commit = next(r["commit"] for r in repo.full_history() if r["op"] == "schema")
         with pytest.raises(InvalidInput) as err:
             repo.revert(schema_commit, "undo the schema")

@@ -107,7 +107,7 @@ def test_a_refusal_storm_from_four_processes_loses_none(repo: StateRepo) -> None
     with StateRepo(repo.agent_dir) as fresh:
         assert fresh.state().keys["counter"].value == 49
         assert fresh.state().keys["stop_loss.2317"].value == 262
-        from gitstate.audit.views import verify
+        from gitstate.audit.integrity import verify
 
         assert [c.name for c in verify(fresh) if not c.ok] == []
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from gitstate.api.repo import StateRepo
-from gitstate.audit import views as audit
+from gitstate.audit import integrity
 from tests.helpers import commit_count
 
 pytest.importorskip("mcp")
@@ -130,7 +130,7 @@ def test_abuse_is_answered_and_survived(tmp_path: Path) -> None:
         server.close()
     assert commit_count(agent / "state") == 61
     with StateRepo(agent) as repo:
-        assert all(c.ok for c in audit.verify(repo))
+        assert all(c.ok for c in integrity.verify(repo))
 
 
 def test_a_line_that_is_no_message_gets_a_json_rpc_error(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gitstate.api.repo import StateRepo
-from gitstate.audit import views as audit
+from gitstate.audit import integrity
 from gitstate.core.errors import GitStateError, Refused
 from gitstate.core.model import Entry
 from gitstate.core.trailers import Change
@@ -208,7 +208,7 @@ def test_pull_refuses(world: tuple[Path, Path, Forge], tmp_path: Path, name: str
             assert err.value.rule == "remote.invalid"
             assert err.value.details["problems"][0]["rule"] == rule, err.value.message
         assert repo.head() == head
-        assert all(c.ok for c in audit.verify(repo)), audit.verify(repo)
+        assert all(c.ok for c in integrity.verify(repo)), integrity.verify(repo)
     assert section(b) == before and "stop_loss.2317 = 262" in before[0]
     assert (b / "state" / ".git" / "config").read_bytes() == config
     assert sorted(p.name for p in (b / "state").iterdir()) == [
@@ -353,7 +353,7 @@ def test_git_processes_never_run_repository_config(world: tuple[Path, Path, Forg
     from gitstate.write.maintenance import run_gc
 
     with StateRepo(b) as repo:
-        checks = {c.name: c for c in audit.verify(repo)}
+        checks = {c.name: c for c in integrity.verify(repo)}
         assert not checks["git-config"].ok
         assert "core.fsmonitor" in checks["git-config"].detail
         assert checks["git-fsck"].ok
@@ -378,5 +378,5 @@ def test_a_killed_fetch_leaves_nothing_used(world: tuple[Path, Path, Forge]) -> 
     (left / "objects" / "junk").write_text("x")
     with StateRepo(b) as repo:
         assert repo.pull().action == "fast-forward"
-        assert all(c.ok for c in audit.verify(repo))
+        assert all(c.ok for c in integrity.verify(repo))
     assert not left.exists()

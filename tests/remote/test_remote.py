@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gitstate.api.repo import StateRepo
-from gitstate.audit import views as audit
+from gitstate.audit import integrity
 from gitstate.audit.fleet import fleet
 from gitstate.core.errors import CasMismatch, Refused, StoreError
 from tests.helpers import GIT, free_port, git, install_pre_receive, run_cli
@@ -94,13 +94,13 @@ def test_init_remote_push_clone(tmp_path: Path, server: str,
     a = _publish(tmp_path, url)
     b = StateRepo.clone(url, tmp_path / "b")
     assert b.head() == a.head() and b.state() == a.state()
-    assert all(c.ok for c in audit.verify(b))
+    assert all(c.ok for c in integrity.verify(b))
     assert a.sync_status().ahead == 0
     a.set("stop_loss.2317", 257, "review", expected=262)
     assert a.sync_status().ahead == 1  # queued locally
     a.push()
     assert b.pull().action == "fast-forward" and b.state().keys["stop_loss.2317"].value == 257
-    assert all(c.ok for c in audit.verify(b))
+    assert all(c.ok for c in integrity.verify(b))
     a.close()
     b.close()
 
@@ -145,7 +145,7 @@ def test_push_reapplies_and_refuses_with_both_sides(tmp_path: Path, daemon: str)
     assert a.state().keys["position_cap"].value == "96%"
     assert a.state().keys["stop_loss.2317"].value == 257
     for repo in (a, b):
-        assert all(c.ok for c in audit.verify(repo)), [c for c in audit.verify(repo) if not c.ok]
+        assert all(c.ok for c in integrity.verify(repo)), [c for c in integrity.verify(repo) if not c.ok]
 
 
 def test_pull_refuses_divergence(tmp_path: Path, daemon: str) -> None:
@@ -203,7 +203,7 @@ def test_remote_first_race_exactly_one_wins(tmp_path: Path, daemon: str) -> None
             repo.pull()
     print(f"\nremote-first races: {races}, wins {wins}")
     for repo in repos:
-        failed = [c for c in audit.verify(repo) if not c.ok]
+        failed = [c for c in integrity.verify(repo) if not c.ok]
         assert not failed, failed
         repo.close()
 
@@ -245,7 +245,7 @@ def test_server_killed_mid_push_loses_nothing(tmp_path: Path) -> None:
         assert a.push().pushed == 50
         b = StateRepo.clone(url, tmp_path / "b")
         assert b.state() == a.state()
-        assert all(c.ok for c in audit.verify(b))
+        assert all(c.ok for c in integrity.verify(b))
     finally:
         good.kill()
 
@@ -363,7 +363,7 @@ def _change_reaches(a: StateRepo, b: StateRepo) -> None:
     a.push()
     assert b.pull().action == "fast-forward"
     assert b.state().keys["stop_loss.2317"].value == 257
-    assert all(c.ok for c in audit.verify(b))
+    assert all(c.ok for c in integrity.verify(b))
 
 
 def test_push_clone_pull_over_ssh(tmp_path: Path, ssh_remote: str) -> None:

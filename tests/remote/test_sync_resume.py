@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gitstate.api.repo import StateRepo
-from gitstate.audit import views as audit
+from gitstate.audit import integrity
 from gitstate.core.layout import STATE_FILE
 from gitstate.runs.format import PREFIX
 from gitstate.store import GitStore
@@ -77,7 +77,7 @@ def test_a_pull_killed_before_its_checkout_is_finished_not_adopted(tmp_path: Pat
     assert status.leftover and status.hand_edited == ()
     with GitStore(b / "state").lock():  # busy: opening does not repair it now
         repo = StateRepo(b)
-    checks = {c.name: c for c in audit.verify(repo)}
+    checks = {c.name: c for c in integrity.verify(repo)}
     repo.close()
     assert "not a hand edit" in checks["worktree"].detail, checks["worktree"]
     assert "gitstate pull" in checks["worktree"].remedy

@@ -268,7 +268,7 @@ def test_eval_nothing_is_promoted_without_policy(repo: StateRepo) -> None:
     from tests.helpers import assert_fsck_clean
 
     assert_fsck_clean(repo.state_dir)
-    assert [c.name for c in __import__("gitstate.audit.views", fromlist=["verify"]).verify(repo)
+    assert [c.name for c in __import__("gitstate.audit.integrity", fromlist=["verify"]).verify(repo)
             if not c.ok] == []
 
 
@@ -431,7 +431,7 @@ def test_the_refund_example_runs_end_to_end(tmp_path: Path) -> None:
                                         "run.writer": 1}
     with StateRepo(agent) as repo:
         assert repo.state().keys["refund.O-104"].value == "refunded"
-        assert [c.name for c in __import__("gitstate.audit.views", fromlist=["v"]).verify(repo)
+        assert [c.name for c in __import__("gitstate.audit.integrity", fromlist=["v"]).verify(repo)
                 if not c.ok] == []
 
 

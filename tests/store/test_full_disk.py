@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gitstate.api.repo import StateRepo
-from gitstate.audit import views as audit
+from gitstate.audit import integrity
 from gitstate.core.errors import CasMismatch, StoreError
 from gitstate.core.layout import REFUSALS_FAILED_FILE, REFUSALS_LOCK_FILE
 from tests.helpers import assert_fsck_clean, git
@@ -77,9 +77,9 @@ def _temporaries(agent: Path) -> list[str]:
                   if p.name.startswith(("tmp_", ".tmp-")) or p.name.endswith(".tmp"))
 
 
-def _verify_failures(agent: Path) -> list[audit.Check]:
+def _verify_failures(agent: Path) -> list[integrity.Check]:
     with StateRepo(agent) as repo:
-        return [c for c in audit.verify(repo) if not c.ok]
+        return [c for c in integrity.verify(repo) if not c.ok]
 
 
 def test_a_refusal_journaled_on_a_full_disk_is_never_counted_as_none(agent: Path,

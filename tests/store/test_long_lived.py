@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from gitstate.api.repo import StateRepo
-from gitstate.audit import views as audit
+from gitstate.audit import integrity
 from tests.helpers import GIT, assert_fsck_clean, git
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,8 +47,8 @@ def test_a_process_that_stays_open_reads_through_another_process_gc(tmp_path: Pa
         assert store.object_size(next(iter(store.file_ids(head).values()))) > 0
         assert repo.state().keys["k"].value == 3
         assert repo.runs.read("r1").state["version"] == 2
-        assert all(c.ok for c in audit.verify(repo)), [
-            (c.name, c.detail) for c in audit.verify(repo) if not c.ok]
+        assert all(c.ok for c in integrity.verify(repo)), [
+            (c.name, c.detail) for c in integrity.verify(repo) if not c.ok]
 
 
 def test_a_pull_loop_beside_a_pusher_on_a_path_remote(tmp_path: Path) -> None:

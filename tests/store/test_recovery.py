@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gitstate.api.repo import StateRepo
-from gitstate.audit import views as audit
+from gitstate.audit import integrity
 from tests.helpers import assert_fsck_clean, git
 from tests.ns_workers import JOURNAL_REFS, RUN_EVENTS, refs_to_search
 
@@ -83,7 +83,7 @@ def test_mains_crash_sweep_leaves_the_live_locks_of_every_other_namespace(
                       for name in refs_to_search(ref))
         assert token in log, (ns, token)
     with StateRepo(agent) as repo:
-        assert all(c.ok for c in audit.verify(repo)), [c for c in audit.verify(repo)
+        assert all(c.ok for c in integrity.verify(repo)), [c for c in integrity.verify(repo)
                                                        if not c.ok]
     assert_fsck_clean(agent / "state")
 

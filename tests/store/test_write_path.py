@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gitstate.api.repo import StateRepo
-from gitstate.audit import views as audit
+from gitstate.audit import integrity
 from gitstate.core.errors import ConfigError
 from gitstate.core.model import STATE_FILE, State
 from gitstate.store import durability, packwrite
@@ -128,7 +128,7 @@ def test_killed_at_each_phase(agent: Path, point: str) -> None:
         head = repo.head()
         assert (head != old_head) is (point in COMMITTED)
         assert repo.state() == (before if head == old_head else repo.state_at(head))
-        assert [c.name for c in audit.verify(repo) if not c.ok] == []
+        assert [c.name for c in integrity.verify(repo) if not c.ok] == []
         repo.set("k", 3, "the next write works")
         assert repo.state().keys["k"].value == 3
     assert git(agent / "state", "status", "--porcelain").stdout == ""

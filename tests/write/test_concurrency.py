@@ -114,7 +114,7 @@ def _chain(records: list[dict[str, object]]) -> None:
 def test_readers_beside_writers_never_see_a_rewrite_or_a_hand_edit(agent_dir: Path) -> None:
     """Readers take no lock: a write landing between their reads of HEAD, the history file
     and the working tree must not look like a rewritten branch, a hand edit or a gap."""
-    from gitstate.audit import views as audit
+    from gitstate.audit import integrity
 
     with StateRepo.init(agent_dir) as repo:
         repo.set("counter", 0, "start")
@@ -134,7 +134,7 @@ def test_readers_beside_writers_never_see_a_rewrite_or_a_hand_edit(agent_dir: Pa
                 newest = [rec for rec, _ in zip(repo.history_iter(), range(30), strict=False)]
                 _chain(list(reversed(newest)))
                 if rounds % 10 == 0:
-                    failed = [c.to_dict() for c in audit.verify(repo, use_git=False)
+                    failed = [c.to_dict() for c in integrity.verify(repo, use_git=False)
                               if not c.ok]
                     assert failed == []
                     verified += 1
@@ -146,5 +146,5 @@ def test_readers_beside_writers_never_see_a_rewrite_or_a_hand_edit(agent_dir: Pa
             proc.kill()
             proc.wait()
     with StateRepo(agent_dir) as repo:
-        assert all(c.ok for c in audit.verify(repo))
+        assert all(c.ok for c in integrity.verify(repo))
     assert_fsck_clean(agent_dir / "state")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gitstate.api.repo import StateRepo
-from gitstate.audit import views as audit
+from gitstate.audit import integrity
 from gitstate.write.maintenance import last_failure, run_gc, wait_idle
 from tests.helpers import assert_fsck_clean, git, run_cli
 
@@ -47,7 +47,7 @@ def test_gc_packs_to_under_a_kibibyte_per_commit(repo: StateRepo) -> None:
     figures = run_gc(repo.reader)
     assert _loose(repo.state_dir) == 0 and repo.store.pack_count() == 1
     assert figures["bytes_per_commit"] < 1024, figures
-    assert all(c.ok for c in audit.verify(repo))
+    assert all(c.ok for c in integrity.verify(repo))
     repo.set("after", 1, "writes go on after packing")
     assert repo.state().keys["rule.19"].value == 299
 
@@ -60,7 +60,7 @@ def test_gc_without_the_git_cli_uses_dulwich(repo: StateRepo) -> None:
     out = run_cli("gc", "--json", agent_dir=repo.agent_dir, env={"PATH": "/nonexistent"})
     assert out.returncode == 0, out.stderr
     assert _loose(repo.state_dir) == 0
-    assert all(c.ok for c in audit.verify(repo))
+    assert all(c.ok for c in integrity.verify(repo))
 
 
 @pytest.mark.slow
@@ -88,7 +88,7 @@ def test_reads_and_writes_stay_correct_while_gc_runs(agent_dir: Path) -> None:
     assert int(outs[3][0]) >= 2  # gc really ran several times
     with StateRepo(agent_dir) as repo:
         assert repo.state().keys["counter"].value == increments
-        assert all(c.ok for c in audit.verify(repo))
+        assert all(c.ok for c in integrity.verify(repo))
     assert_fsck_clean(agent_dir / "state")
 
 
@@ -115,7 +115,7 @@ def test_automatic_gc_starts_past_the_threshold(agent_dir: Path) -> None:
         assert last_failure(git_dir) is None
         assert target.read_text() == "keep me" and not (git_dir / "gitstate-gc.log").is_symlink()
         repo.set("k0", -1, "still writable")
-        assert all(c.ok for c in audit.verify(repo))
+        assert all(c.ok for c in integrity.verify(repo))
 
 
 def test_a_failed_maintenance_run_is_named_by_verify(repo: StateRepo) -> None:
@@ -130,12 +130,12 @@ def test_a_failed_maintenance_run_is_named_by_verify(repo: StateRepo) -> None:
     side.write_text(sha + "\n")
     out = run_cli("gc", agent_dir=repo.agent_dir)
     assert out.returncode != 0
-    checks = {c.name: c for c in audit.verify(repo, use_git=False)}
+    checks = {c.name: c for c in integrity.verify(repo, use_git=False)}
     assert not checks["maintenance"].ok and "failed" in checks["maintenance"].detail, checks
     side.unlink()
     bad.unlink()
     assert run_cli("gc", agent_dir=repo.agent_dir).returncode == 0
-    assert all(c.ok for c in audit.verify(repo))
+    assert all(c.ok for c in integrity.verify(repo))
 
 
 def test_auto_gc_can_be_disabled(agent_dir: Path) -> None:
@@ -204,8 +204,8 @@ def test_maintenance_between_a_writes_two_renames_keeps_the_write(
     for name in refs:  # and each history reads back whole
         assert git(state, "log", "--format=%H", name).returncode == 0
     with StateRepo(agent_dir) as repo:
-        assert all(c.ok for c in audit.verify(repo)), [
-            (c.name, c.detail) for c in audit.verify(repo) if not c.ok]
+        assert all(c.ok for c in integrity.verify(repo)), [
+            (c.name, c.detail) for c in integrity.verify(repo) if not c.ok]
         run_gc(repo.reader)  # and the next maintenance run finds nothing missing
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gitstate.api.repo import StateRepo
+from gitstate.audit import integrity
 from gitstate.audit import views as audit
 from gitstate.core.errors import StoreError
 from gitstate.core.model import STATE_FILE, State
@@ -56,7 +57,7 @@ def test_fault_at_every_step_is_all_or_nothing(agent_dir: Path, point: str, op: 
         assert (after != before) is committed
         if committed and op == "set":
             assert after.keys["k"].value == 2
-        failed = [c for c in audit.verify(repo) if not c.ok]
+        failed = [c for c in integrity.verify(repo) if not c.ok]
         assert not failed, failed
         head_bytes = git(repo.state_dir, "show", f"main:{STATE_FILE}").stdout.encode()
         assert (repo.state_dir / STATE_FILE).read_bytes() == head_bytes
@@ -123,10 +124,10 @@ def test_disk_full_refuses_cleanly_and_recovers(tmp_path: Path, clock: Clock) ->
                     errors += 1
             assert errors > 0
             filler.unlink()
-            failed = [c for c in audit.verify(repo, use_git=False) if not c.ok]
+            failed = [c for c in integrity.verify(repo, use_git=False) if not c.ok]
             assert not failed or {c.name for c in failed} <= {"worktree", "projection"}
             repo.set("k", 100, "space again")
-            assert not [c for c in audit.verify(repo) if not c.ok]
+            assert not [c for c in integrity.verify(repo) if not c.ok]
 
 
 def test_read_only_directory_reads_work_writes_refuse(tmp_path: Path, clock: Clock) -> None:
@@ -154,7 +155,7 @@ def test_clock_jumping_backwards(repo: StateRepo, clock: Clock) -> None:
     assert repo.state().keys["k"].value == 2
     assert repo.state().keys["k"].set_at == "2026-08-13T01:04:00Z"
     assert [r["new"] for r in audit.log(repo, key="k")] == [2, 1]
-    assert all(c.ok for c in audit.verify(repo))
+    assert all(c.ok for c in integrity.verify(repo))
     assert "k = 2" in repo.render(locale="en")
     clock.advance(hours=4, minutes=1)  # 02:05: one hour after the time it was set
     assert repo.render(locale="en") == ""

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from gitstate.api.repo import StateRepo
-from gitstate.audit import views as audit
+from gitstate.audit import integrity
 from gitstate.core import rules
 from gitstate.core.errors import CasMismatch, InvalidInput, Refused
 from gitstate.core.model import Entry, Handoff, State, format_time
@@ -58,7 +58,7 @@ class WorkingStateMachine(RuleBasedStateMachine):
         # verify (object walk, history checks) once per sequence, not after every step: the
         # damage it looks for persists, and per step it was 40% of this test's time
         try:
-            failed = [c for c in audit.verify(self.repo, use_git=False) if not c.ok]
+            failed = [c for c in integrity.verify(self.repo, use_git=False) if not c.ok]
             assert not failed, failed
         finally:
             self.repo.close()
