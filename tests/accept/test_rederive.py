@@ -710,12 +710,12 @@ def _journal_lie(w: World, **fields: Any) -> str:
 
 
 def _summary_forged(w: World) -> str:
-    from gitstate.history import refusals
+    from gitstate.history import refusalrecord
 
-    entry = {**dict.fromkeys(refusals.FIELDS), "time": format_time(datetime.now(UTC)),
+    entry = {**dict.fromkeys(refusalrecord.FIELDS), "time": format_time(datetime.now(UTC)),
              "rule": "schema.range", "op": "set", "key": "stop_loss", "attempted": 1,
              "actor": "human", "writer": "human", "reason": "x"}
-    _data, msg, _when = refusals.written(entry, 1, None, None)
+    _data, msg, _when = refusalrecord.written(entry, 1, None, None)
     msg = msg.replace(b"refused set of stop_loss: schema.range",
                       b"refused consume of approval.c218a5e976a1: approval.expired")
     return _journal_lie(w, message=msg.replace(b"Gitstate-Seq: 1", b"Gitstate-Seq: 777"),
@@ -723,12 +723,12 @@ def _summary_forged(w: World) -> str:
 
 
 def _true_for_one(w: World) -> str:
-    from gitstate.history import refusals
+    from gitstate.history import refusalrecord
 
-    entry = {**dict.fromkeys(refusals.FIELDS), "time": format_time(datetime.now(UTC)),
+    entry = {**dict.fromkeys(refusalrecord.FIELDS), "time": format_time(datetime.now(UTC)),
              "rule": "schema.range", "op": "set", "key": "stop_loss", "attempted": 1,
              "actor": "human", "writer": "human", "reason": "x"}
-    data = refusals.written({**entry, "attempted": True}, 1, None, None)[0]
+    data = refusalrecord.written({**entry, "attempted": True}, 1, None, None)[0]
     return _journal_lie(w, data=data, time=entry["time"])
 
 

@@ -267,7 +267,7 @@ def test_a_refusal_for_another_rule_keeps_no_secret(repo: StateRepo) -> None:
     refused the write: a stale compare-and-swap (raw or hex-encoded), a reserved key."""
     import subprocess
 
-    from gitstate.history import refusals
+    from gitstate.history import refusalrecord, refusals
     from tests.helpers import GIT
 
     repo.set("k", 1, "r")
@@ -280,7 +280,7 @@ def test_a_refusal_for_another_rule_keeps_no_secret(repo: StateRepo) -> None:
         assert exc.value.rule == rule
     records = list(refusals.entries(repo.store))
     assert len(records) == 3
-    assert all(refusals.WITHHELD in (r["expected"], r["attempted"]) for r in records)
+    assert all(refusalrecord.WITHHELD in (r["expected"], r["attempted"]) for r in records)
     if GIT is not None:
         objects = subprocess.run([GIT, "-C", str(repo.state_dir), "cat-file",
                                   "--batch-all-objects", "--batch"], capture_output=True,

@@ -19,7 +19,7 @@ import pytest
 from gitstate.api.repo import StateRepo
 from gitstate.core.errors import GitStateError
 from gitstate.core.trailers import encode_json
-from gitstate.history import refusals
+from gitstate.history import refusalrecord, refusals
 from gitstate.report.html import slug
 from tests.helpers import GIT, assert_fsck_clean, git, install_pre_receive, run_cli
 
@@ -193,7 +193,7 @@ def test_a_refused_secret_never_reaches_the_journal(repo: StateRepo) -> None:
     records = list(refusals.entries(repo.store))
     assert {r["rule"] for r in records} == {exc.value.rule, "run.invalid"}
     by_rule = {r["rule"]: r for r in records}
-    assert by_rule[exc.value.rule]["attempted"] == refusals.WITHHELD
+    assert by_rule[exc.value.rule]["attempted"] == refusalrecord.WITHHELD
     assert by_rule["run.invalid"]["attempted"] == {
         "withheld": "the event did not pass the input rules"}
     patch = git(repo.state_dir, "log", "-p", refusals.REF).stdout
@@ -217,10 +217,10 @@ def test_verify_names_a_journal_record_gitstate_did_not_write(repo: StateRepo) -
 def _forge(repo_dir: Path, parent: str | None, previous: str | None = None,
            lie: dict[str, Any] | None = None, **fields: object) -> str:
     """A journal commit built as an attacker would, with git: a record whose commit is the
-    one the journal writes for it (refusals.written: the bytes, the message, the Seq, the
+    one the journal writes for it (refusalrecord.written: the bytes, the message, the Seq, the
     dates), so that only the attacker's values are wrong — or what ``lie`` replaces
     (``data``: refusal.json's bytes, ``message``, ``when``: the commit time)."""
-    entry: dict[str, object] = dict.fromkeys(refusals.FIELDS)
+    entry: dict[str, object] = dict.fromkeys(refusalrecord.FIELDS)
     entry.update({"time": "2026-01-01T00:00:00Z", "rule": "cas.mismatch", "op": "set",
                   "key": "stop_loss.2317", "reason": "forged"}, **fields)
     seq = 1 if parent is None else \
@@ -228,9 +228,9 @@ def _forge(repo_dir: Path, parent: str | None, previous: str | None = None,
     parent_time = None if parent is None else \
         int(git(repo_dir, "log", "-1", "--format=%ct", parent).stdout)
     try:
-        data, message, when = refusals.written(entry, seq, previous, parent_time)
+        data, message, when = refusalrecord.written(entry, seq, previous, parent_time)
     except (ValueError, TypeError):  # a time that is no time: the rest as written, dated now
-        data, message, _ = refusals.written({**entry, "time": "2026-01-01T00:00:00Z"}, seq,
+        data, message, _ = refusalrecord.written({**entry, "time": "2026-01-01T00:00:00Z"}, seq,
                                             previous, parent_time)
         good = encode_json({**entry, "time": "2026-01-01T00:00:00Z"})
         message = message.replace(good.encode(), encode_json(entry).encode())
