@@ -26,7 +26,6 @@ from ..core import rules
 from ..core.errors import GitStateError, InvalidInput
 from ..core.layout import FILE_MODE, REQUIRED, SCHEMA_FILE, STATE_FILE, TREE_FILES
 from ..core.model import EMPTY, State
-from ..core.rules import FUTURE_SKEW_SECONDS
 from ..core.schema import Schema
 from ..core.trailers import Change, NotAGitstateCommit, parse_message
 from ..history.replay import ReplayError, apply_change
@@ -131,13 +130,9 @@ def _check_commit(store: GitStore, commit: str, parent: str | None, before: Stat
                   previous_time: int | None, config: Config,
                   now: float) -> tuple[State, int]:
     author_time, commit_time = store.commit_times(commit)
-    if previous_time is not None and commit_time < previous_time:
-        raise _Refusal("time.backwards", "dated before its parent: commit times on main "
-                       "never go back, so that --at always names one state")
-    if max(commit_time, author_time) > now + FUTURE_SKEW_SECONDS:
-        raise _Refusal("time.future", "dated "
-                       f"{datetime.fromtimestamp(max(commit_time, author_time), UTC):%Y-%m-%d} "
-                       "— in the future of this machine's clock")
+    clock = rules.time_problem(author_time, commit_time, previous_time, now)
+    if clock is not None:  # the clock rule every namespace shares
+        raise _Refusal(*clock)
     ids = _check_tree(store, commit)
     info = store.commit_info(commit)
     try:
