@@ -32,7 +32,7 @@ from ..core.results import SyncResult, SyncStatus
 from ..core.trailers import Change, NotAGitstateCommit, parse_message
 from ..history.replay import ReplayError, apply_change
 from ..store import GitStore
-from ..store.transport import limits_for
+from ..store.transport import limits_for, unreachable
 from ..system import faults
 from ..write.engine import Commit, WriteEngine
 from ..write.maintree import MainTree
@@ -45,14 +45,8 @@ def _network(action: str, fn: Callable[..., T], *args: Any) -> T:
         return fn(*args)
     except GitStateError:
         raise
-    except Exception as exc:  # dulwich raises many transport errors; all mean "unreachable"
-        hint = ""
-        if "CERTIFICATE_VERIFY_FAILED" in str(exc):
-            hint = (". The server's certificate is not trusted: name its CA as git does, "
-                    "with http.sslCAInfo in the state repository's git config or in your "
-                    "~/.gitconfig (for clone)")
-        raise StoreError(f"{action}: the remote is unreachable or refused ({exc}){hint}",
-                         rule="remote.unreachable") from exc
+    except Exception as exc:  # dulwich raises many transport errors: named as the store does
+        raise unreachable(action, exc) from exc
 
 
 def _refuse_foreign(problems: list[foreign.Problem], what: str) -> None:
