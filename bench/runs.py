@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench import GitCliStore, PlainJsonStore, median_ms, time_writes
 from gitstate.api.repo import StateRepo
 from gitstate.system.config import load_config
-from gitstate.wakeup.fastpath import run_block
+from gitstate.wakeup.slowpath import run_block
 
 
 def event(i: int) -> dict[str, object]:

@@ -179,13 +179,14 @@ def hook(obj: Ctx, runtime: str, event: str | None, locale: str | None,
 def _reproduce(obj: Ctx, receipt_id: str) -> None:
     from ..core.errors import Refused
     from ..history import receipts
-    from ..wakeup.fastpath import reproduce
+    from ..wakeup.fastpath import compose
+    from ..wakeup.slowpath import rendered_again
 
     rec = receipts.find(str(obj.agent_dir / "state" / ".git"), receipt_id)
     if rec is None:
         raise Refused(f"no receipt {receipt_id!r} (see `gitstate receipts`)",
                       rule="receipt.unknown")
-    text = reproduce(obj.agent_dir, rec)
+    text = compose(*rendered_again(obj.agent_dir, rec), str(rec["runtime"]), str(rec["event"]))
     if receipts.digest(text.encode()) != rec["sha256"]:
         raise Refused(f"the bytes rendered again from {str(rec['head'])[:12]} differ from "
                       f"what receipt {receipt_id} records (sha256 {rec['sha256'][:16]}...): "

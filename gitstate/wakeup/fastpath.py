@@ -122,37 +122,6 @@ def _head_fast(state_dir: str | os.PathLike[str]
         return None
 
 
-def run_block(agent_dir: str | os.PathLike[str], run_id: str, *, locale: str,
-              now: datetime, config: Config) -> tuple[str, str]:
-    """A run's ``<state>`` block (gitstate/runs/render.py) for a wake-up that names a run
-    (``--run`` or GITSTATE_RUN): from the cache the ledger writes beside the run's ref when
-    the ref still names its commit, else through the store."""
-    from pathlib import Path  # only here: the plain wake-up path must not import pathlib
-
-    from ..runs.format import PREFIX
-    from ..runs.ledger import cached
-    from ..runs.model import next_action
-    from ..runs.render import render_run
-    from ..runs.validate import check_run_id
-
-    check_run_id(run_id)
-    git_dir = Path(agent_dir) / STATE_DIR / ".git"
-    try:
-        head: str | None = _read(os.path.join(git_dir, PREFIX, run_id), 256).decode(
-            "ascii").strip()
-    except (OSError, UnicodeDecodeError):
-        head = None
-    run = cached(git_dir, run_id, head) if head else None
-    if run is None or head is None:
-        from ..api.repo import StateRepo
-
-        with StateRepo(os.fspath(agent_dir), config=config) as repo:
-            view = repo.runs.read(run_id)
-        run, head = {"goal": view.goal.to_dict(), "state": view.state}, view.head
-    text = render_run(run, next_action(run, now), locale, resolve_tz(config.timezone))
-    return text, head
-
-
 CLAUDE_CODE_MAX_CHARS = 10_000  # what Claude Code keeps of a hook's additionalContext
 
 
@@ -189,16 +158,11 @@ def section_at_head(
     moment = now or clockbase.read(os.path.join(state_dir, ".git")).time
     locale = locale or config.locale
     fast = _head_fast(state_dir)
-    if fast is None:
-        from ..api.repo import StateRepo  # the slow, exact path: read HEAD through dulwich
+    if fast is None:  # the slow, exact path: HEAD read through the store
+        from .slowpath import section_from_store
 
-        with StateRepo(os.fspath(agent_dir), config=config) as repo:
-            head = repo.head()
-            text = repo.render(now=moment, locale=locale, max_chars=max_chars, commit=head,
-                               set_tool=set_tool, get_tool=get_tool)
-            warnings = repo.worktree_warnings()
-            full = repo.render(now=moment, locale=locale, commit=head,
-                               set_tool=set_tool) if max_chars else text
+        text, warnings, full, head = section_from_store(agent_dir, config, moment, locale,
+                                                        max_chars, set_tool, get_tool)
     else:
         state, compiled, head = fast
         extra = phase_lines(compiled, state, moment, locale)
@@ -386,8 +350,12 @@ def run_fast(command: str, agent_dir: str, opts: dict[str, str]) -> int:
 
             moment = parse_given_time(opts["now"], resolve_tz(config.timezone), "--now")
         locale = opts.get("locale") or config.locale
-        block, run_head = ("", None) if not run_id else run_block(
-            agent_dir, run_id, locale=locale, now=moment, config=config)
+        block, run_head = "", None
+        if run_id:
+            from .slowpath import run_block
+
+            block, run_head = run_block(agent_dir, run_id, locale=locale, now=moment,
+                                        config=config)
         limit = budget
         if budget is not None and block:  # the block is never cut: the section fits the rest
             budget = max(budget - text_chars(block), 1000)
@@ -425,32 +393,3 @@ def compose(section_text: str, block: str, runtime: str, event: str) -> str:
     expects (Claude Code and Gemini CLI: their hook JSON)."""
     text = section_text + ("\n" if section_text and block else "") + block
     return claude_code_output(text, event) if runtime in JSON_RUNTIMES else text
-
-
-def reproduce(agent_dir: str | os.PathLike[str], receipt: dict[str, object]) -> str:
-    """The bytes a receipt's wake-up received, rendered again from its commit, moment,
-    locale, zone, budget and run (``gitstate render --receipt``)."""
-    from ..api.repo import StateRepo
-    from ..core.model import parse_time
-
-    moment = parse_time(str(receipt["time"]))
-    locale = str(receipt["locale"])
-    tz = resolve_tz(str(receipt["tz"]) if receipt["tz"] else None)
-    budget = receipt["max_chars"] if isinstance(receipt["max_chars"], int) else None
-    with StateRepo(os.fspath(agent_dir)) as repo:
-        text, block = "", ""
-        if receipt["head"]:
-            commit = str(receipt["head"])
-            state, schema = repo.state_at(commit), repo.schema_at(commit)
-            extra = phase_lines(schema.compiled() if schema else None, state, moment, locale)
-            tools = repo.config.set_tool, repo.config.get_tool
-            text = fit(state, moment, locale, tz, extra, budget, *tools)[0] if budget else \
-                render(state, moment, locale, tz, extra, tools[0])
-        if receipt["run_id"] and receipt["run_head"]:
-            from ..runs.model import next_action
-            from ..runs.render import render_run
-
-            view = repo.runs.read(str(receipt["run_id"]), str(receipt["run_head"]))
-            run = {"goal": view.goal.to_dict(), "state": view.state}
-            block = render_run(run, next_action(run, moment), locale, tz)
-    return compose(text, block, str(receipt["runtime"]), str(receipt["event"]))
