@@ -4,7 +4,7 @@ arguments (frozen-argument approval).
 
 The model proposes; the runtime owns every transition: observation functions move the
 phase, the gateway requests approvals, a human decides, and the gateway spends the approval
-before the refund runs: ``with repo.spend_approval(...) as call:`` hands the frozen call
+before the refund runs: ``with repo.approvals.spend(...) as call:`` hands the frozen call
 over only once the spend is committed, so a second gateway that read the same approval is
 refused before it pays. The approval lives in the state repository, so it survives a
 restart of the gateway between the approval and the run. Runs offline with a scripted
@@ -44,8 +44,8 @@ class Gateway:
 
     def __init__(self, repo: StateRepo) -> None:
         self.repo = repo
-        repo.register_observation("get_ticket", on_get_ticket)
-        repo.register_observation("refund", on_refund)
+        repo.observations.register("get_ticket", on_get_ticket)
+        repo.observations.register("refund", on_refund)
 
     def advertised(self) -> list[str]:
         return self.repo.allowed_tools() or []
@@ -54,7 +54,7 @@ class Gateway:
         if tool not in (self.repo.allowed_tools() or [tool]):
             return f"illegal_in_phase: {tool}"
         if tool == "get_ticket":
-            self.repo.apply_observation("get_ticket", {"ticket_id": args["id"], "ready": True,
+            self.repo.observations.apply("get_ticket", {"ticket_id": args["id"], "ready": True,
                                                        "max_refund": 200})
             return f"ticket {args['id']} ready"
         if tool == "refund":
@@ -63,22 +63,22 @@ class Gateway:
 
     def refund(self, args: dict[str, Any]) -> str:
         # advisory: which approval to spend, or what to tell the model; it decides nothing
-        verdict = self.repo.approval_verdict("refund", args)
+        verdict = self.repo.approvals.verdict("refund", args)
         if verdict.ok:
             assert verdict.approval_id is not None
             return self.spend(verdict.approval_id, args)
         if "argument changed" in verdict.reason or "pending" in verdict.reason:
             return f"refused: {verdict.reason}"
-        approval = self.repo.request_approval("refund", args, "the model asked for a refund")
+        approval = self.repo.approvals.request("refund", args, "the model asked for a refund")
         return f"waiting_for_approval: {approval}"
 
     def spend(self, approval_id: str, args: dict[str, Any]) -> str:
         try:
-            with self.repo.spend_approval(approval_id, "refund", args) as call:
+            with self.repo.approvals.spend(approval_id, "refund", args) as call:
                 receipt = pay(**call.args)  # the payment provider, with the frozen arguments
         except Refused as exc:  # another gateway spent it first: this one never paid
             return f"refused [{exc.rule}]: {exc.message}"
-        self.repo.apply_observation("refund", {"ok": True})
+        self.repo.observations.apply("refund", {"ok": True})
         return f"refunded {call.args['amount']} (approval {call.approval_id}, {receipt})"
 
 
@@ -103,14 +103,14 @@ def run(agent_dir: Path) -> list[str]:
         step(gateway, "refund", refund)  # too early: gather has no refund tool
         step(gateway, "get_ticket", {"id": "T1"})
         step(gateway, "refund", refund)  # needs a human: an approval is requested
-        approval = repo.approvals()[0]["id"]
+        approval = repo.approvals.list()[0]["id"]
     # the gateway restarts; meanwhile a human approves (gitstate approve ID --reason ...)
     with StateRepo(agent_dir, writer="human") as human:
-        human.approve(approval, "ticket T1 checked; 120 is within policy")
+        human.approvals.approve(approval, "ticket T1 checked; 120 is within policy")
     with StateRepo(agent_dir) as repo, StateRepo(agent_dir) as twin_repo:
         gateway, twin = Gateway(repo), Gateway(twin_repo)  # two gateways on one agent
         step(gateway, "refund", {**refund, "amount": 150})  # not what was approved
-        seen = twin.repo.approval_verdict("refund", refund)  # the twin reads: approved
+        seen = twin.repo.approvals.verdict("refund", refund)  # the twin reads: approved
         step(gateway, "refund", refund)  # exactly what was approved: spent, then paid once
         assert seen.approval_id is not None
         log.append(f"twin gateway (it read: {seen.reason}) -> "

@@ -74,7 +74,7 @@ def main(agent_dir: Path) -> int:
     event(runtime, {"type": "step_started", "step_id": "pay",
                     "description": "refund 120.00 to the card"}, "the model proposes paying",
           writer="agent")
-    approval = runtime.request_approval("refund", ARGS, "refund O-104: 120.00")
+    approval = runtime.approvals.request("refund", ARGS, "refund O-104: 120.00")
     say(f"  approval {approval} requested; the gateway restarts while it waits")
     runtime.close()
 
@@ -83,12 +83,12 @@ def main(agent_dir: Path) -> int:
     say(f"after the restart: {view.goal['status']}, next {view.next['action']}")
     refused(gateway, {"type": "step_completed", "step_id": "pay"}, "pay without approval")
     with StateRepo(agent_dir, writer="human", actor="supervisor") as human:
-        human.approve(approval, "checked the order and the amount")
+        human.approvals.approve(approval, "checked the order and the amount")
     event(gateway, {"type": "approval_recorded", "approval_id": approval,
                     "decision": "approved"}, "the supervisor approved the refund")
     # spent before the provider is called: a second gateway would be refused here, and a
     # provider that raised would leave a tool_result_recorded of the failure in the run
-    with gateway.spend_approval(approval, "refund", ARGS, run_id=RUN,
+    with gateway.approvals.spend(approval, "refund", ARGS, run_id=RUN,
                                 tool_call_id="call-2", reason="refund O-104 runs") as call:
         say(f"  approval {call.approval_id} spent in {call.commit[:12]}; paying once")
         refund_ref = pay(**call.args)
@@ -101,7 +101,7 @@ def main(agent_dir: Path) -> int:
         "criteria_evidence": {CRITERIA[0]: "order:O-104", CRITERIA[1]: "refund:R-9"}}
     refused(gateway, completion, "the model says it is done", writer="agent")
     event(gateway, completion, "both criteria have evidence")
-    promoted = gateway.promote(RUN, "refund.O-104", "refunded", "O-104 refunded by run "
+    promoted = gateway.runs.promote(RUN, "refund.O-104", "refunded", "O-104 refunded by run "
                                + RUN, evidence="refund:R-9")
     say(f"promoted refund.O-104 = refunded at {promoted.commit[:12]}")
     problems = gateway.runs.verify(RUN)

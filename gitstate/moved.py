@@ -109,7 +109,12 @@ FORWARDED = {
 }
 
 
-def _warn(old: str, new: str) -> None:
+def deprecated(old: str, new: str) -> None:
+    """Warn that ``old`` (a name of the Python API) is deprecated in favour of ``new``."""
+    _warn(old, new, f"{old} is deprecated: use {new}")
+
+
+def _warn(old: str, new: str, text: str | None = None) -> None:
     import inspect
     import warnings
 
@@ -122,7 +127,7 @@ def _warn(old: str, new: str) -> None:
         if not frame.f_code.co_filename.startswith("<frozen importlib"):
             level += 1
         frame = frame.f_back
-    warnings.warn(f"{old} has moved to {new}; import it from there (or from gitstate)",
+    warnings.warn(text or f"{old} has moved to {new}; import it from there (or from gitstate)",
                   DeprecationWarning, stacklevel=level)
 
 
@@ -145,6 +150,27 @@ class _Alias:
         # The import system gave the module the old name's spec: give it back its own,
         # so that reloads, pickles and tracebacks still name the new home.
         module.__spec__ = self.spec
+
+
+class Moved:
+    """A deprecated attribute of a class that moved into one of its namespaces:
+    ``approve = Moved("approvals.approve")`` makes ``repo.approve`` warn and return
+    ``repo.approvals.approve``."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.name = path, path
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = f"{owner.__name__}.{name}"
+
+    def __get__(self, obj: object, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        deprecated(f"{self.name}", f"{self.name.partition('.')[0]}.{self.path}")
+        target: Any = obj
+        for part in self.path.split("."):
+            target = getattr(target, part)
+        return target
 
 
 class Finder:

@@ -20,7 +20,6 @@ not name may push nothing.
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING
 from ..system import sshsig
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection
+    from collections.abc import Collection
 
     from ..store import GitStore
     from ..system.config import Config
@@ -92,11 +91,6 @@ def read_pushers(path: Path) -> dict[str, tuple[str, ...]]:
             out[words[0]] = tuple(r for r in words[1].split(",")
                                   if r in ("agent", *sshsig.ROLES))
     return out
-
-
-def signer(key: str | os.PathLike[str] | None) -> Callable[[bytes], bytes] | None:
-    """What a store signs its commits with for ``key`` (None: unsigned)."""
-    return functools.partial(sshsig.sign, key=str(key)) if key else None
 
 
 def claim_problem(store: GitStore, commit: str, roles: Collection[str],

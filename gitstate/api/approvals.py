@@ -1,5 +1,5 @@
-"""The approval methods of the Python API (``StateRepo`` inherits them): request, decide,
-list, check and spend frozen-argument approvals (gitstate/approvals/steps.py holds the rules).
+"""``repo.approvals``: request, decide, list, check and spend frozen-argument approvals
+(gitstate/approvals/steps.py holds the rules).
 
 A thin layer: it validates inputs with ``rules``, picks the policy from HEAD's schema, and
 hands a pure planner to the write engine, like every other write of the facade. A spend,
@@ -10,6 +10,7 @@ lease: linearized there before the call is handed over or the decision returns.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -27,38 +28,40 @@ if TYPE_CHECKING:
     from ..core.policy import ApprovalPolicy
     from ..core.results import WriteResult
     from ..history.reader import StateReader
-    from ..remote.sync import Remote
     from ..runs.ledger import Ledger
     from ..store import GitStore
-    from ..system.config import Config
-    from ..write.engine import WriteEngine
+    from ..write.engine import Committer, WriteEngine
     from ..write.planners import Base, Plan
 
 
-class ApprovalMethods:
-    """Mixed into StateRepo, whose engine, reader, store, config, writer and actor these
-    use."""
+class Approvals:
+    """The approvals of one opened repository (``repo.approvals``): built on first use from
+    the parts it needs, the reader, store and engine of the opening, its writer kind and
+    actor, the remote-first committer and the run ledgers (each fetched only when used)."""
 
-    engine: WriteEngine
-    reader: StateReader
-    store: GitStore
-    remote: Remote
-    config: Config
-    writer: str
-    actor: str
+    def __init__(self, reader: StateReader, store: GitStore, engine: WriteEngine, *,
+                 writer: str, actor: str, committer: Callable[[], Committer],
+                 ledger: Callable[[], Ledger]) -> None:
+        self.reader, self.store, self.engine = reader, store, engine
+        self.writer, self.actor = writer, actor
+        self.committer, self.ledger = committer, ledger
 
-    if TYPE_CHECKING:
-        @property
-        def runs(self) -> Ledger: ...
+    def __call__(self, finished: bool = True) -> builtins.list[dict[str, Any]]:
+        """``repo.approvals()``, as before the namespace: :meth:`list`, with a warning."""
+        from ..moved import deprecated
+
+        deprecated("repo.approvals()", "repo.approvals.list()")
+        return self.list(finished)
 
     def now(self) -> datetime:
-        raise NotImplementedError
+        return self.engine.now()
 
-    def _policies(self, commit: str | None = None) -> dict[str, ApprovalPolicy]:
+    def policies(self, commit: str | None = None) -> dict[str, ApprovalPolicy]:
+        """The approval policies of the schema at ``commit`` (default HEAD), by tool."""
         schema = self.reader.schema_at(commit or self.reader.head())
         return dict(schema.approvals) if schema else {}
 
-    def request_approval(self, tool: str, args: Any, reason: str, *,
+    def request(self, tool: str, args: Any, reason: str, *,
                          actor: str | None = None,
                          request_id: str | None = None) -> ApprovalRequest:
         """Freeze ``tool(args)`` as a pending approval (one commit). Returns an
@@ -120,11 +123,11 @@ class ApprovalMethods:
         if self.store.remote_url() is None:
             return self.engine.write(plan, request)
         try:
-            return self.engine.write(plan, request, committer=self.remote)
+            return self.engine.write(plan, request, committer=self.committer())
         except StoreError as exc:
             if exc.rule not in ("remote.unreachable", "remote.timeout"):
                 raise
-            policy = self._policies().get(tool) if tool else None
+            policy = self.policies().get(tool) if tool else None
             if policy is None or not policy.offline_spend:
                 raise Refused(f"the remote cannot be reached to linearize this "
                               f"{'spend' if tool else 'decision'} ({exc.message}), so another "
@@ -134,7 +137,7 @@ class ApprovalMethods:
                               rule="approval.offline") from exc
             return self.engine.write(plan, request, committer=LocalCommitter(self.reader))
 
-    def approvals(self, finished: bool = True) -> list[dict[str, Any]]:
+    def list(self, finished: bool = True) -> builtins.list[dict[str, Any]]:
         """Every approval record, newest first: the live ones from the state and, with
         ``finished``, those denied, spent or expired and retired from it, as their last step
         in the history left them."""
@@ -148,20 +151,20 @@ class ApprovalMethods:
             state = State({**gone, **state.keys})
         return approvals.listing(state, self.engine.judged_now(head))
 
-    def approval_verdict(self, tool: str, args: Any) -> Verdict:
+    def verdict(self, tool: str, args: Any) -> Verdict:
         """Whether ``tool(args)`` may run now as far as approvals go, and why not. Advisory:
-        it reads HEAD as it is now; only ``spend_approval`` decides who runs the call. It is
+        it reads HEAD as it is now; only :meth:`spend` decides who runs the call. It is
         judged at the time a spend on HEAD would be (``WriteEngine.judged_now``)."""
         head = self.reader.head()
-        return approvals.can_run(self.reader.state_at(head), self._policies(head), tool, args,
+        return approvals.can_run(self.reader.state_at(head), self.policies(head), tool, args,
                                  self.engine.judged_now(head))
 
-    def consume_approval(self, approval_id: str, tool: str | None = None, args: Any = None, *,
+    def consume(self, approval_id: str, tool: str | None = None, args: Any = None, *,
                          reason: str | None = None, actor: str | None = None,
                          request_id: str | None = None) -> WriteResult:
         """Spend an approval (one commit); given ``tool`` and ``args``, they must be exactly
         the approved call. A retry with the same ``request_id`` returns the first result; any
-        other second consume is refused. The low-level step under ``spend_approval``, which
+        other second consume is refused. The low-level step under :meth:`spend`, which
         is what a tool call uses: it runs the body only for the spend it won."""
         who = rules.check_actor(actor or self.actor)
         text = rules.check_reason(reason or f"run {tool or 'the approved call'} with approval "
@@ -173,11 +176,11 @@ class ApprovalMethods:
             state_at=self.reader.state_at, finished=self._finished(base)), request, tool)
 
     @contextlib.contextmanager
-    def spend_approval(self, approval_id: str, tool: str, args: Any, *,
+    def spend(self, approval_id: str, tool: str, args: Any, *,
                        run_id: str | None = None, tool_call_id: str | None = None,
                        reason: str | None = None,
                        actor: str | None = None) -> Iterator[Spend]:
-        """``with repo.spend_approval(approval_id, tool, args) as call:`` enters only once
+        """``with repo.approvals.spend(approval_id, tool, args) as call:`` enters only once
         the approval's consume commit is written (the compare-and-swap on main, pushed with
         lease when the agent has a remote, whatever the sync mode) and hands over the frozen
         call (``call.tool``, ``call.args``); otherwise it raises the refusal, so the body
@@ -271,7 +274,7 @@ class ApprovalMethods:
         stopped, waits for no approval, has not recorded the call)."""
         from ..runs import model as runs
 
-        ledger = self.runs
+        ledger = self.ledger()
         view = ledger.read(run_id)
         writers, _main = ledger.policy()
         runs.apply_event({"format": runs.FORMAT, "goal": view.goal.to_dict(), "state": view.state},
@@ -284,7 +287,7 @@ class ApprovalMethods:
                                     f"was spent in {call.commit[:12]}: {error}"[:2000])
         if call.run_id is not None:
             assert call.tool_call_id is not None
-            self.runs.event(call.run_id, _result_event(call.tool_call_id, call.approval_id,
+            self.ledger().event(call.run_id, _result_event(call.tool_call_id, call.approval_id,
                                                        self.now()), reason)
             return
         self.engine.write(lambda base: approvals.plan_outcome(

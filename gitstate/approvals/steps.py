@@ -14,7 +14,7 @@ forward, one audited commit per step, each marked by a ``Gitstate-Approval`` tra
     consume (the runtime, spending it before the tool runs)  -> consumed
     outcome (the runtime: the call failed after the spend)  -> consumed, with its outcome
 
-The spend is the compare-and-swap (``StateRepo.spend_approval`` hands the call over only
+The spend is the compare-and-swap (``repo.approvals.spend`` hands the call over only
 once its consume commit is written). ``can_run(tool, args)`` is an advisory read: true for a
 tool that needs an approval only when an approved, unexpired, unconsumed approval holds
 exactly those arguments at the HEAD it read; otherwise the answer says why (none, pending,

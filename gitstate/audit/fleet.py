@@ -58,7 +58,7 @@ def opened_row(agent: Path, expiring_hours: float, full: bool) -> dict[str, Any]
 
     with StateRepo(agent) as repo:
         now = repo.now()
-        st = repo.sync_status()
+        st = repo.remote.status()
         checks = integrity.verify(repo, use_git=False) if full else integrity.quick_checks(repo)
         mark, head = repo.reader.snapshot()
         last = repo.reader.recent(head, 1, mark)[0][0]

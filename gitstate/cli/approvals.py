@@ -24,7 +24,7 @@ def approvals(obj: Ctx, show_all: bool, as_json: bool) -> None:
     gitstate deny 209406bd0bee --reason "amount too high"
     """
     with obj.repo() as repo:
-        items = repo.approvals()
+        items = repo.approvals.list()
     if not show_all:
         items = [a for a in items if a["status"] == "pending" and not a["expired"]]
     lines = [f"{a['id']}  {a['status']:<9} {a['tool']}({_args(a['args'])})  requested by "
@@ -133,7 +133,7 @@ def spend(obj: Ctx, approval_id: str, tool: str, args_json: str, run_id: str | N
     status, note = 0, ""
     with StateRepo(obj.agent_dir, writer=writer) as repo:
         try:
-            with repo.spend_approval(approval_id, tool, args, run_id=run_id,
+            with repo.approvals.spend(approval_id, tool, args, run_id=run_id,
                                      tool_call_id=tool_call_id, reason=reason) as call:
                 env = {**os.environ, "GITSTATE_APPROVAL_ID": call.approval_id,
                        "GITSTATE_TOOL": call.tool, "GITSTATE_ARGS_JSON": call.args_json,

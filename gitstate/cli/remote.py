@@ -145,11 +145,11 @@ def push(obj: Ctx, as_json: bool, all_threads: bool, thread_ids: tuple[str, ...]
     kept on refs/gitstate/unpushed/<time>.
     """
     with obj.repo() as repo:
-        result = repo.push()
+        result = repo.remote.push()
         threads = _asked(all_threads, thread_ids)
         if threads:
             _commit_pending(repo, threads)
-            result.threads = repo.push_threads(threads)
+            result.threads = repo.remote.push_threads(threads)
     emit(result, as_json, _sync_text)
     if result.refused:
         raise Refused(f"{len(result.refused)} local change(s) no longer apply",
@@ -165,10 +165,10 @@ def pull(obj: Ctx, as_json: bool, all_threads: bool, thread_ids: tuple[str, ...]
     """Fast-forward to the remote (never a merge; divergence is reported). LangGraph
     threads come when asked, each checked before it is taken."""
     with obj.repo() as repo:
-        result = repo.pull()
+        result = repo.remote.pull()
         threads = _asked(all_threads, thread_ids)
         if threads:
-            result.threads = repo.pull_threads(threads)
+            result.threads = repo.remote.pull_threads(threads)
     emit(result, as_json, _sync_text)
 
 
@@ -179,7 +179,7 @@ def pull(obj: Ctx, as_json: bool, all_threads: bool, thread_ids: tuple[str, ...]
 def status(obj: Ctx, as_json: bool) -> None:
     """Local main against the commit last seen on the remote (queued changes, no network)."""
     with obj.repo() as repo:
-        status = repo.sync_status()
+        status = repo.remote.status()
 
     def text(data: dict[str, Any]) -> str:
         out = f"main {data['head'][:12]}; " + _against_remote(data) + f"; sync {data['sync']}"
@@ -209,7 +209,7 @@ def clone(obj: Ctx, url: str, directory: Path | None, as_json: bool, all_threads
                                 "head": repo.head()}
         threads = _asked(all_threads, thread_ids)
         if threads:
-            data["threads"] = repo.pull_threads(threads)["pulled"]
+            data["threads"] = repo.remote.pull_threads(threads)["pulled"]
 
     def text(d: dict[str, Any]) -> str:
         out = f"cloned {d['url']} into {d['state_dir']} (main at {d['head'][:12]})"

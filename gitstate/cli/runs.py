@@ -185,7 +185,7 @@ def promote(obj: Ctx, run_id: str, key: str, raw: str, evidence: str, reason: st
     never automatic (docs/runs.md).
     """
     with obj.repo(writer) as repo:
-        result = repo.promote(run_id, key, parse_value(raw), reason, evidence=evidence,
+        result = repo.runs.promote(run_id, key, parse_value(raw), reason, evidence=evidence,
                               request_id=request_id)
     emit(result, as_json, lambda d: f"{d['key']} promoted from run {run_id} at "
          f"{d['commit'][:12]}")

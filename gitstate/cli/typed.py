@@ -114,7 +114,7 @@ def tools(obj: Ctx, tool: str | None, args_json: str | None, as_json: bool) -> N
         allowed = repo.allowed_tools()
         schema = repo.schema()
         phase = schema.phase(repo.state(), repo.state().live(repo.now())) if schema else None
-        verdict = repo.approval_verdict(tool, args) if tool is not None and \
+        verdict = repo.approvals.verdict(tool, args) if tool is not None and \
             schema is not None and tool in schema.approvals else None
     if tool is not None:
         ok = allowed is None or tool in allowed

@@ -17,7 +17,7 @@ from ..core.model import EMPTY, State
 from ..core.records import ChangeRecord
 from ..core.schema import Schema
 from ..core.schemafile import parse_schema
-from ..store import GitStore
+from ..store import CommitInfo, GitStore
 from .projection import Mark, Projection, record
 
 
@@ -50,6 +50,12 @@ class StateReader:
     def remember(self, commit: str, state: State) -> None:
         """A state the caller just committed: the next read of ``commit`` is free."""
         self._state = (commit, state)
+
+    def around(self, commit: str) -> tuple[CommitInfo, State, State]:
+        """``commit``'s info and the states before and after it (what a revert undoes)."""
+        info = self.store.commit_info(commit)
+        before = self.state_at(info.parents[0]) if info.parents else EMPTY
+        return info, before, self.state_at(commit)
 
     def schema_at(self, commit: str) -> Schema | None:
         """The schema committed at ``commit``, or None when the repository has none."""

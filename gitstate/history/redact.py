@@ -20,6 +20,7 @@ import hashlib
 import hmac
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,16 @@ def redact(value: Value, key: bytes) -> str:
         return str(value)  # already a hash: never hash twice
     digest = hmac.new(key, canonical_text(value).encode("utf-8"), hashlib.sha256).hexdigest()
     return PREFIX + digest
+
+
+def redactor(git_dir: Path, schema: Any, key: str) -> Callable[[Value], str] | None:
+    """What a set of ``key`` stores instead of its value, and of its expected value: the
+    keyed hash, when the schema marks the key ``sensitive: redact``; else None."""
+    spec = schema.spec(key) if schema is not None else None
+    if spec is None or spec.sensitive != "redact":
+        return None
+    secret = repo_key(git_dir)
+    return lambda value: redact(value, secret)
 
 
 def redact_secrets(value: Any, key: bytes) -> Any:

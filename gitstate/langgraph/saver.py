@@ -411,10 +411,10 @@ class GitCheckpointSaver(ThreadReads, InWorkerThread):
     def push(self, thread_ids: Sequence[str] | bool = True) -> dict[str, Any]:
         """Carry threads (ids, or True: all) to main's remote, their pending writes committed
         first so that an interrupted super-step resumes elsewhere (docs/langgraph.md,
-        "Threads travel"); what moved, as ``StateRepo.push_threads`` reports it."""
+        "Threads travel"); what moved, as ``repo.remote.push_threads`` reports it."""
         for thread_id in self._threads() if thread_ids is True else list(thread_ids or ()):
             self.commit_pending_writes(thread_id)
-        return self.repo.push_threads(thread_ids)
+        return self.repo.remote.push_threads(thread_ids)
 
     def _settle(self, thread_id: str) -> Any:
         """Before a write of the thread outside the log (a tombstone, an archive, a

@@ -51,7 +51,7 @@ class CommitOps(RepoBase):
     """Commits and refs (see the module docstring)."""
 
     # signs each commit this store writes (``sshsig.sign`` with the configured key, as
-    # ``trust.signer`` makes it); None: commits are unsigned
+    # ``sshsig.signer`` makes it); None: commits are unsigned
     signer: Callable[[bytes], bytes] | None = None
 
     def raw_commit(self, commit: str) -> bytes:

@@ -14,10 +14,12 @@ temporary directory.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 
 from ..core.errors import ConfigError, InvalidInput
 
@@ -111,3 +113,8 @@ def role_of(principal: str | None) -> str | None:
         return None
     role, colon, name = principal.partition(":")
     return role if colon and name and role in ROLES else None
+
+
+def signer(key: str | os.PathLike[str] | None) -> Callable[[bytes], bytes] | None:
+    """What a store signs its commits with for ``key`` (None: unsigned)."""
+    return functools.partial(sign, key=str(key)) if key else None

@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
     from ..store import GitStore
-    from ..write.engine import WriteEngine
 
 TRACKING = layout.THREADS_TRACKING_PREFIX
 
@@ -205,19 +204,3 @@ def verify_pushed(store: GitStore, ref: str, old: str | None, new: str | None,
     problems = [str(p) for p in check_thread(store, ref, old, new)] or _look_alike(
         where[0], old, store.refs_under(PREFIX), arriving)
     return [f"{shown}: {p}" for p in problems]
-
-
-class ThreadTravel:
-    """Mixed into StateRepo: its LangGraph threads to and from main's remote (``push`` /
-    ``pull`` carry main, runs and journals; these carry the threads asked for, ids or True
-    for all). Each returns what moved, as push and pull report runs."""
-
-    store: GitStore
-    remote: Any  # sync.Remote (sync imports this module: no import back)
-    engine: WriteEngine
-
-    def push_threads(self, threads: Threads = True) -> dict[str, Any]:
-        return push(self.store, self.remote.url(), threads, self.engine.locked)
-
-    def pull_threads(self, threads: Threads = True) -> dict[str, Any]:
-        return pull(self.store, self.remote.url(), threads, self.engine.locked)

@@ -31,6 +31,13 @@ STALE_SECONDS = 3600
 PACKS_BEFORE_GC = 32  # the inline folding leaves big packs alone; past this, a full repack
 
 
+def after_commit(store: GitStore, agent_dir: Path, config: Config, commit: str,
+                 *_plan: object) -> None:
+    """The engine's post-commit hook: :func:`maybe_start`, never failing the write."""
+    with contextlib.suppress(OSError):
+        maybe_start(store, agent_dir, config, commit)
+
+
 def maybe_start(store: GitStore, agent_dir: Path, config: Config, commit: str) -> bool:
     """After a write: start background maintenance when loose objects pile up."""
     objects = store.last_objects or [commit]
