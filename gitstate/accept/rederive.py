@@ -18,7 +18,7 @@ from ..approvals import steps as approvals
 from ..approvals.recorded import replan
 from ..core import rules
 from ..core.errors import InvalidInput, Refused
-from ..core.layout import SCHEMA_FILE, STATE_FILE
+from ..core.layout import SCHEMA_FILE, STATE_FILE, is_commit_id
 from ..core.model import EMPTY, State, format_time, parse_time
 from ..core.schema import Schema
 from ..core.schemafile import parse_schema
@@ -40,7 +40,6 @@ from ..write.revert import plan_revert
 if TYPE_CHECKING:
     from ..store import GitStore
 
-_COMMIT = re.compile(r"[0-9a-f]{40}")
 _ARGS = re.compile(r"[0-9a-f]{16}")
 _PROMOTED = re.compile(r"runs/([^@\s]+)@([0-9a-f]{40})")
 
@@ -153,7 +152,7 @@ def _replan_revert(store: GitStore, base: Base, change: Change) -> Change:
     """A revert names a commit on main's history before it, and is exactly what the revert
     planner makes of that commit at the parent."""
     target = change.reverts or ""
-    if not base.commit or not _COMMIT.fullmatch(target) or \
+    if not base.commit or not is_commit_id(target) or \
             not store.is_ancestor(target, base.commit):
         raise InvalidInput(f"Gitstate-Reverts {target[:40]!r} names no commit of main's "
                            "history before this one", rule="trailer.reverts")

@@ -10,17 +10,15 @@ recorded value back into those planners' arguments: which step, which call, the 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
 from ..core.errors import InvalidInput
+from ..core.layout import is_commit_id
 from ..core.model import State
 from ..history.approvals import Finished
 from ..write.planners import Base, Plan
 from .steps import plan_consume, plan_decide, plan_outcome, plan_request_for
-
-_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 def replan(base: Base, key: str, step: str, recorded: Any, *, reason: str,
@@ -55,7 +53,7 @@ def replan(base: Base, key: str, step: str, recorded: Any, *, reason: str,
         # the commit the decider saw stays what it was when a push re-applies the decision
         # on a newer parent; a record without one (an older gitstate's) is planned without
         seen = recorded.get("decided_on")
-        if seen is not None and (not isinstance(seen, str) or not _COMMIT.fullmatch(seen)):
+        if seen is not None and not is_commit_id(seen):
             raise InvalidInput(f"{key}: decided_on must be a commit id",
                                rule="approval.invalid")
         return plan_decide(base, policies, writer, approval_id=key, approve=step == "approve",

@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import os
 
+TYPE_CHECKING = False  # not `from typing import`: the wake-up path imports this module
+if TYPE_CHECKING:
+    from typing import TypeGuard
+
 VERSION = "0.1.0"  # the package version, the same as pyproject.toml's (a test checks)
 
 # -- the agent directory and the repository ------------------------------------------------
@@ -230,6 +234,12 @@ def ref_format_problem(name: str) -> str | None:
         if part.endswith(".lock"):
             return f"its component {part!r} ends with '.lock'"
     return None
+
+
+def is_commit_id(text: object) -> TypeGuard[str]:
+    """A full commit id, as every trailer, record and command names a commit: 40 lowercase
+    hex digits (checked without ``re``, which the wake-up path does not import)."""
+    return isinstance(text, str) and len(text) == 40 and not text.strip("0123456789abcdef")
 
 
 def ref_name_problem(name: str, namespace: str | None = None) -> str | None:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -225,7 +224,7 @@ def check_chain(store: GitStore, head: str) -> list[str]:
                                  "keeps for it (a secret withheld, hidden characters shown, "
                                  "each field clipped)")
             previous = None if info.parents else _root_names(store, info.id)
-            if previous is not None and not re.fullmatch(r"[0-9a-f]{40}", previous):
+            if previous is not None and not layout.is_commit_id(previous):
                 raise ValueError(f"[refusals.rederive] {PREVIOUS_TRAILER.strip()} names no "
                                  "commit")
             data, message, when = written(entry, len(chain) - n, previous, store.commit_times(

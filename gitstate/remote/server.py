@@ -9,13 +9,12 @@ is refused. Who may claim a role is the server's own trust configuration.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..accept import main as foreign
 from ..core import layout
-from ..core.layout import BRANCH
+from ..core.layout import BRANCH, is_commit_id
 from ..store import ZERO, GitStore
 
 
@@ -62,7 +61,7 @@ def verify_push(git_dir: Path, old: str, new: str, ref: str,
             return verify_thread(store, ref, None if old == zero else old,
                                  None if new == zero else new, threads)
         if ref != BRANCH:
-            if main is not None and not re.fullmatch(r"[0-9a-f]{40}", main):
+            if main is not None and not is_commit_id(main):
                 return [f"[usage.main] --main {main[:60]!r} is not a commit id (40 lowercase "
                         "hex digits)"]
             return verify_pushed(store, ref, None if old == zero else old,

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from ..core.errors import Refused
+from ..core.layout import is_commit_id
 from ..core.runevents import BOOL, EVENTS, INT, LIST, STR
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -73,7 +74,7 @@ def _field(kind: str, name: str, kind_of: str, value: Any) -> Any:
     if kind_of == STR:
         return check_text(value, where)
     if kind_of == "commit":
-        if not isinstance(value, str) or not re.fullmatch(r"[0-9a-f]{40}", value):
+        if not is_commit_id(value):
             raise refused("invalid", f"{where} must be a commit id (40 lowercase hex digits)")
         return value
     if kind_of == BOOL:
