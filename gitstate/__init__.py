@@ -11,10 +11,27 @@ wake-up): each name is loaded on first use.
 
 from __future__ import annotations
 
-from .core.layout import VERSION
-from .moved import install as _install_moved
+import sys
 
-_install_moved()  # old module paths (gitstate.repo ...) keep working, with a warning
+from .core.layout import VERSION
+
+
+class _OldPaths:
+    """Old module paths (gitstate.repo ...) keep working, with a warning: asked last, only
+    for a gitstate name no file answered, it hands over to gitstate/moved.py, which the
+    wake-up path therefore never imports."""
+
+    @staticmethod
+    def find_spec(name: str, path: object = None, target: object = None) -> object:
+        if not name.startswith("gitstate."):
+            return None
+        from .moved import FINDER
+
+        return FINDER.find_spec(name, path, target)
+
+
+if not any(getattr(f, "__name__", "") == "_OldPaths" for f in sys.meta_path):
+    sys.meta_path.append(_OldPaths)  # type: ignore[arg-type]  # a duck-typed finder
 
 TYPE_CHECKING = False  # not `from typing import`: typing costs ~3 ms per wake-up
 

@@ -2,9 +2,10 @@
 DeprecationWarning naming the new one (``from gitstate.repo import StateRepo`` gets
 ``gitstate.api.repo``'s class and a warning to import it from ``gitstate`` or its new home).
 
-The package root puts :data:`FINDER` at the end of ``sys.meta_path``: it answers only for
-the names in :data:`MOVED`, and only after the normal finders found no such file, so it
-costs nothing on any other import. Five old modules share their name with a new package
+The package root puts a small finder at the end of ``sys.meta_path`` that hands a gitstate
+name no file answered to :data:`FINDER`: it answers only for the names in :data:`MOVED`,
+so it costs nothing on any other import, and this module is imported only when an old
+path is asked for. Five old modules share their name with a new package
 (``gitstate.audit``, ``report``, ``runs``, ``approvals``, ``langgraph``): those packages
 hand the old module's names on through :func:`forward` from their ``__getattr__``.
 Nothing inside gitstate imports an old path (tests/project/test_architecture.py).
@@ -188,14 +189,6 @@ class Finder:
 
 
 FINDER = Finder()
-
-
-def install() -> None:
-    """Add :data:`FINDER` to ``sys.meta_path`` once (last: the normal finders go first)."""
-    import sys
-
-    if not any(isinstance(f, Finder) for f in sys.meta_path):
-        sys.meta_path.append(FINDER)
 
 
 def forward(package: str, name: str) -> Any:
