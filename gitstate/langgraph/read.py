@@ -222,6 +222,28 @@ class ThreadReads:
         return sorted(dec(name[len(CHANNEL):]) for name, sha in mine.items()
                       if name.startswith(CHANNEL) and before.get(name) != sha)
 
+    def _carry(self, state: RefEntries, parent: str | None, wanted: set[str],
+               files: dict[str, bytes], base: dict[str, str],
+               changes: dict[str, bytes | None]) -> None:
+        """The unchanged channels a new checkpoint keeps are its parent checkpoint's: the
+        head's tree holds them unless the parent is another checkpoint (a fork), whose
+        values are then carried over from its commit."""
+        entry = state.by_id.get(parent) if parent is not None else None
+        if entry is None or (entry.commit == state.head and "blobs" not in base):
+            return  # (a head in the earlier layout is carried over: its first new commit)
+        if entry.layout >= 2:
+            source = self.store.file_ids(entry.commit)
+        else:
+            checkpoint = self._serde(state).loads_typed(untyped(self.store.blob(
+                self.store.file_ids(entry.commit)["checkpoint"])))
+            old = {f"blobs/{enc(ch)}/{enc(str(v))}": channel_file(ch)
+                   for ch, v in checkpoint["channel_versions"].items()}
+            source = {old[p]: sha for p, sha in self.store.tree_paths(
+                entry.commit, list(old)).items()}
+        for name in wanted:
+            if name not in files and name in source and base.get(name) != source[name]:
+                changes[name] = self.store.blob(source[name])
+
     def _latest(self, head: str) -> str | None:
         """The newest visible checkpoint id: recorded by each commit (``Gitstate-Latest``),
         so finding it reads one commit (none, for a commit this saver made)."""

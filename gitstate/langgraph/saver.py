@@ -23,9 +23,10 @@ answers ``list`` without walking history. After each put, outside the lock, due 
 shards are checkpointed, small packs are folded and, past a threshold, background
 maintenance is started (gitstate/write/maintenance.py), as main's writes do.
 
-Deletes keep the audit trail: ``delete_thread`` (and ``prune(strategy="delete")``) move the
-thread's refs to ``refs/gitstate/archive/threads/<thread>/<time>/...`` instead of dropping
-commits; ``delete_for_runs`` and ``prune(strategy="keep_latest")`` add a tombstone commit
+Deletes keep the audit trail (gitstate/langgraph/retention.py): ``delete_thread`` (and
+``prune(strategy="delete")``) move the thread's refs to
+``refs/gitstate/archive/threads/<thread>/<time>/...`` instead of dropping commits;
+``delete_for_runs`` and ``prune(strategy="keep_latest")`` add a tombstone commit
 (``Gitstate-Delete-Runs`` / ``Gitstate-Prune-Keep``) that later reads honour, so the
 checkpoints they hide stay in history. ``copy_thread`` points the target's refs at the
 source's commits (nothing is copied, the history is shared).
@@ -45,7 +46,6 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,6 @@ except ImportError as exc:  # the extra is not installed: say which one
 from ..core import layout, rules
 from ..core.errors import StoreError
 from ..store.durability import Deferred
-from ..system import clock as clockbase
 from ..threads import journal as lgjournal
 from ..threads.format import (
     ARCHIVE,
@@ -81,16 +80,13 @@ from ..threads.format import (
     checkpoint_head,
     checkpoint_message,
     dec,
-    delete_runs_message,
     enc,
     ids,
     json_or_none,
     parse_trailers,
-    prune_message,
     refuse_secrets,
     trailer_json,
     typed,
-    untyped,
     writes_message,
 )
 from ..threads.journal import Write
@@ -98,8 +94,8 @@ from ..threads.wal import WriteAheadLog
 from ..write import maintenance
 from .asyncapi import InWorkerThread
 from .fence import ThreadFence
-from .index import CheckpointIndex, Entry, RefEntries
-from .read import ThreadReads
+from .index import CheckpointIndex, Entry
+from .retention import ThreadRetention
 from .store import GitStateStore as GitStateStore  # the Store, re-exported here
 
 __all__ = ["ARCHIVE", "PREFIX", "GitCheckpointSaver", "GitStateStore", "dec", "enc",
@@ -113,7 +109,7 @@ def _small(metadata: Any) -> Any:
     return metadata if len(json.dumps(metadata)) <= 256 else None
 
 
-class GitCheckpointSaver(ThreadReads, InWorkerThread):
+class GitCheckpointSaver(ThreadRetention, InWorkerThread):
     """A LangGraph ``BaseCheckpointSaver`` whose checkpoints are git commits (see the
     module docstring). ``agent_dir`` is a gitstate agent directory (made if absent)."""
 
@@ -163,9 +159,6 @@ class GitCheckpointSaver(ThreadReads, InWorkerThread):
     def _lock_path(self, thread_id: str) -> Path:
         return self.store.git_dir / layout.THREAD_LOCK_FILE.format(
             digest=self._digest(thread_id))
-
-    def _lock(self, thread_id: str) -> Any:  # deletes, prunes, copies: fenced (fence.py)
-        return self.fence.guarded(thread_id)
 
     def claim(self, thread_id: str) -> int:
         """Become the thread's one writer now (docs/langgraph.md, "One writer per
@@ -301,28 +294,6 @@ class GitCheckpointSaver(ThreadReads, InWorkerThread):
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
-    def _carry(self, state: RefEntries, parent: str | None, wanted: set[str],
-               files: dict[str, bytes], base: dict[str, str],
-               changes: dict[str, bytes | None]) -> None:
-        """The unchanged channels a new checkpoint keeps are its parent checkpoint's: the
-        head's tree holds them unless the parent is another checkpoint (a fork), whose
-        values are then carried over from its commit."""
-        entry = state.by_id.get(parent) if parent is not None else None
-        if entry is None or (entry.commit == state.head and "blobs" not in base):
-            return  # (a head in the earlier layout is carried over: its first new commit)
-        if entry.layout >= 2:
-            source = self.store.file_ids(entry.commit)
-        else:
-            checkpoint = self._serde(state).loads_typed(untyped(self.store.blob(
-                self.store.file_ids(entry.commit)["checkpoint"])))
-            old = {f"blobs/{enc(ch)}/{enc(str(v))}": channel_file(ch)
-                   for ch, v in checkpoint["channel_versions"].items()}
-            source = {old[p]: sha for p, sha in self.store.tree_paths(
-                entry.commit, list(old)).items()}
-        for name in wanted:
-            if name not in files and name in source and base.get(name) != source[name]:
-                changes[name] = self.store.blob(source[name])
-
     def _maintain(self) -> None:
         """After the lock is released: wake the saver's maintenance thread, which folds
         small packs (as every gitstate write does) and starts background maintenance
@@ -401,13 +372,6 @@ class GitCheckpointSaver(ThreadReads, InWorkerThread):
                 out.append(new)
         return out
 
-    def _commit_time(self, head: str | None) -> int:
-        """A thread commit's time, by main's clock model (gitstate/system/clock.py: a reading
-        that stepped away from the repository's anchor is not believed) and never before
-        its parent's: commit times do not go back within a thread's ref."""
-        now = int(clockbase.read(self.store.git_dir).time.timestamp())
-        return max(now, self.store.commit_times(head)[1]) if head is not None else now
-
     def push(self, thread_ids: Sequence[str] | bool = True) -> dict[str, Any]:
         """Carry threads (ids, or True: all) to main's remote, their pending writes committed
         first so that an interrupted super-step resumes elsewhere (docs/langgraph.md,
@@ -415,89 +379,3 @@ class GitCheckpointSaver(ThreadReads, InWorkerThread):
         for thread_id in self._threads() if thread_ids is True else list(thread_ids or ()):
             self.commit_pending_writes(thread_id)
         return self.repo.remote.push_threads(thread_ids)
-
-    def _settle(self, thread_id: str) -> Any:
-        """Before a write of the thread outside the log (a tombstone, an archive, a
-        copy, a commit of pending writes): its shard checkpointed, so that no replay
-        moves the thread's refs back over it."""
-        shard = self.wal.shard(self._digest(thread_id))
-        self.wal.checkpoint(shard)
-        return shard
-
-    def _archive(self, thread_id: str) -> None:
-        self._settle(thread_id)
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-        for name, head in self.store.refs_under(f"{PREFIX}{enc(thread_id)}/").items():
-            self.store.move_ref(f"{ARCHIVE}{enc(thread_id)}/{stamp}/{name}", None, head)
-            self.store.move_ref(f"{PREFIX}{enc(thread_id)}/{name}", head, None)
-            self.index.reset(f"{PREFIX}{enc(thread_id)}/{name}", thread_id, "", None, [])
-
-    def delete_thread(self, thread_id: str) -> None:
-        self.commit_pending_writes(str(thread_id))  # into the archive with the thread
-        with self.mutex, self._lock(str(thread_id)):
-            self._archive(str(thread_id))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        wanted = {str(r) for r in run_ids}
-        if not wanted:
-            return
-        with self.mutex:
-            for (thread_id, ns), head in sorted(self._all_refs().items()):
-                state = self._entries(thread_id, ns, head)
-                if not any(e.run_id in wanted for e in state.by_id.values()):
-                    continue
-                with self._lock(thread_id):
-                    left = max((cid for cid, e in state.by_id.items()
-                                if e.run_id not in wanted), default=None)
-                    self._tombstone(thread_id, ns, delete_runs_message(sorted(wanted), left))
-
-    def _tombstone(self, thread_id: str, ns: str, message: bytes) -> None:
-        """A commit that hides checkpoints from readers and keeps them in history, with the
-        newest id still visible after it."""
-        ref = self.ref_name(thread_id, ns, "checkpoints")
-        self._settle(thread_id)
-        for _ in range(5):
-            head = self.store.ref(ref)
-            new = self.store.commit(head, {}, message, self.identity,
-                                    self._commit_time(head), ref=ref)
-            if new is not None:
-                self._entries(thread_id, ns, new)
-                return
-        raise StoreError(f"{ref} kept moving while writing", rule="store.contention")
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        src, dst = str(source_thread_id), str(target_thread_id)
-        self.commit_pending_writes(src)  # (its shard checkpointed too)
-        with self.mutex, self._lock(dst):
-            self._new_thread(dst)
-            self._archive(dst)
-            for name, head in self.store.refs_under(f"{PREFIX}{enc(src)}/").items():
-                self.store.move_ref(f"{PREFIX}{enc(dst)}/{name}", None, head)
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest",
-              keep: int = 1, older_than: timedelta | None = None) -> None:
-        """LangGraph's prune, with the retention gitstate adds: ``keep`` (the newest N
-        checkpoints of each namespace stay visible) and ``older_than`` (only checkpoints
-        older than that are hidden). A tombstone (``Gitstate-Prune-Keep``: the ids kept)
-        hides the rest from readers; history keeps them."""
-        if strategy not in ("keep_latest", "delete"):
-            raise ValueError(f"unknown prune strategy {strategy!r}")
-        with self.mutex:
-            for thread_id in (str(t) for t in thread_ids):
-                with self._lock(thread_id):
-                    if strategy == "delete":
-                        self._archive(thread_id)
-                        continue
-                    for ns, head in self._namespaces(thread_id).items():
-                        state = self._entries(thread_id, ns, head)
-                        ids_ = sorted(state.by_id, reverse=True)
-                        kept = ids_[:max(keep, 1)]
-                        if older_than is not None:
-                            kept += [c for c in ids_[len(kept):]
-                                     if not self._older(state.by_id[c], older_than)]
-                        if kept and len(kept) < len(ids_):
-                            self._tombstone(thread_id, ns, prune_message(kept))
-
-    def _older(self, entry: Entry, age: timedelta) -> bool:
-        when = self.store.commit_times(entry.commit)[1]
-        return datetime.now(UTC).timestamp() - when > age.total_seconds()

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "gitstate"
-MAX_MODULE_LINES = 510
-MAX_CLASS_LINES = 400
+MAX_MODULE_LINES = 400
+MAX_CLASS_LINES = 300
 
 # The packages, lowest first: a package imports only itself and packages before it
 # (docs/design.md, "The package map"; each package's __init__ says what it owns).
