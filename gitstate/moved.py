@@ -4,10 +4,12 @@ DeprecationWarning naming the new one (``from gitstate.repo import StateRepo`` g
 
 The package root puts a small finder at the end of ``sys.meta_path`` that hands a gitstate
 name no file answered to :data:`FINDER`: it answers only for the names in :data:`MOVED`,
-so it costs nothing on any other import, and this module is imported only when an old
-path is asked for. Five old modules share their name with a new package
-(``gitstate.audit``, ``report``, ``runs``, ``approvals``, ``langgraph``): those packages
-hand the old module's names on through :func:`forward` from their ``__getattr__``.
+so it costs nothing on any other import; the wake-up path never imports this module. An old
+module that was split later (:data:`SPLIT`) is a stand-in that finds each name in its
+homes. Five old modules share their name with a new package (``gitstate.audit``,
+``report``, ``runs``, ``approvals``, ``langgraph``): those packages hand the old module's
+names on through :func:`forward` from their ``__getattr__``. The deprecated methods of
+``StateRepo`` are :class:`Moved` attributes.
 Nothing inside gitstate imports an old path (tests/project/test_architecture.py).
 """
 
@@ -110,6 +112,18 @@ FORWARDED = {
 }
 
 
+SPLIT = {  # an old module whose names went to more than its main home: where else to look
+    "gitstate.fastpath": ("gitstate.wakeup.slowpath",),
+    "gitstate.install": ("gitstate.hosts.settings",),
+    "gitstate.model": ("gitstate.core.compare", "gitstate.core.localtime"),
+    "gitstate.refusals": ("gitstate.history.refusalrecord", "gitstate.history.receipts"),
+    "gitstate.safefile": ("gitstate.system.publish",),
+    "gitstate.schema": ("gitstate.core.schemafile",),
+    "gitstate.sync": ("gitstate.remote.server",),
+    "gitstate.trust": ("gitstate.system.sshsig",),
+}
+
+
 def deprecated(old: str, new: str) -> None:
     """Warn that ``old`` (a name of the Python API) is deprecated in favour of ``new``."""
     _warn(old, new, f"{old} is deprecated: use {new}")
@@ -128,12 +142,13 @@ def _warn(old: str, new: str, text: str | None = None) -> None:
         if not frame.f_code.co_filename.startswith("<frozen importlib"):
             level += 1
         frame = frame.f_back
-    warnings.warn(text or f"{old} has moved to {new}; import it from there (or from gitstate)",
+    warnings.warn(text or f"{old} has moved to {new}; import it from there",
                   DeprecationWarning, stacklevel=level)
 
 
 class _Alias:
-    """The loader of an old name: the module is the new home's, imported once."""
+    """The loader of an old name: the module is the new home's, imported once; for an old
+    module that was split (:data:`SPLIT`), a stand-in that finds each name in its homes."""
 
     def __init__(self, new: str) -> None:
         self.new = new
@@ -144,30 +159,59 @@ class _Alias:
 
         _warn(spec.name, self.new)
         module = importlib.import_module(self.new)
-        self.spec = module.__spec__
-        return module
+        homes = SPLIT.get(spec.name)
+        if homes is None:
+            self.spec = module.__spec__
+            return module
+        import types
+
+        stand_in = types.ModuleType(spec.name, module.__doc__)
+        stand_in.__dict__["__getattr__"] = lambda name: _find(spec.name, (self.new, *homes),
+                                                              name)
+        return stand_in
 
     def exec_module(self, module: Any) -> None:
         # The import system gave the module the old name's spec: give it back its own,
         # so that reloads, pickles and tracebacks still name the new home.
-        module.__spec__ = self.spec
+        if self.spec is not None:
+            module.__spec__ = self.spec
+
+    def get_code(self, name: str) -> Any:
+        """``python -m <old path>`` runs the new home as ``__main__``."""
+        return compile(f"import runpy\nrunpy.run_module({self.new!r}, run_name='__main__', "
+                       "alter_sys=True)\n", f"<{name}: moved to {self.new}>", "exec")
+
+    def is_package(self, name: str) -> bool:
+        return False
+
+
+def _find(old: str, homes: tuple[str, ...], name: str) -> Any:
+    import importlib
+
+    if not name.startswith("__"):
+        for home in homes:
+            module = importlib.import_module(home)
+            if hasattr(module, name):
+                return getattr(module, name)
+    raise AttributeError(f"module {old!r} (now {homes[0]}) has no attribute {name!r}")
 
 
 class Moved:
     """A deprecated attribute of a class that moved into one of its namespaces:
     ``approve = Moved("approvals.approve")`` makes ``repo.approve`` warn and return
-    ``repo.approvals.approve``."""
+    ``repo.approvals.approve``. Typed as ``Any`` for a type checker: use the new spelling
+    to have the call checked."""
 
     def __init__(self, path: str) -> None:
         self.path, self.name = path, path
 
     def __set_name__(self, owner: type, name: str) -> None:
-        self.name = f"{owner.__name__}.{name}"
+        self.name = f"repo.{name}"  # as the docs spell an instance of the class
 
     def __get__(self, obj: object, owner: type | None = None) -> Any:
         if obj is None:
             return self
-        deprecated(f"{self.name}", f"{self.name.partition('.')[0]}.{self.path}")
+        deprecated(self.name, f"repo.{self.path}")
         target: Any = obj
         for part in self.path.split("."):
             target = getattr(target, part)
@@ -191,6 +235,9 @@ class Finder:
 FINDER = Finder()
 
 
+_WARNED: set[tuple[str, str]] = set()
+
+
 def forward(package: str, name: str) -> Any:
     """The attribute ``name`` of the old module whose name ``package`` took, with a warning;
     an AttributeError for a submodule of the package (the import system then loads it) and
@@ -203,6 +250,8 @@ def forward(package: str, name: str) -> Any:
     for home in FORWARDED[package]:
         module = importlib.import_module(home)
         if hasattr(module, name):
-            _warn(f"{package}.{name}", f"{home}.{name}")
+            if (package, name) not in _WARNED:  # once: ``from x import y`` asks twice
+                _WARNED.add((package, name))
+                _warn(f"{package}.{name}", f"{home}.{name}")
             return getattr(module, name)
     raise AttributeError(f"module {package!r} has no attribute {name!r}")

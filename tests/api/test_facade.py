@@ -59,12 +59,12 @@ def test_moved_methods_answer_with_a_warning_naming_the_namespace(tmp_path: Path
     with StateRepo.init(tmp_path / "a") as repo:
         repo.set_schema(SCHEMA, "approvals for refunds")
         with pytest.warns(DeprecationWarning,
-                          match=r"StateRepo\.request_approval is deprecated: use "
-                                r"StateRepo\.approvals\.request"):
+                          match=r"repo\.request_approval is deprecated: use "
+                                r"repo\.approvals\.request"):
             request = repo.request_approval("refund", {"order": "O-1"}, "customer asked")
-        with pytest.warns(DeprecationWarning, match=r"use StateRepo\.approvals\.approve"):
+        with pytest.warns(DeprecationWarning, match=r"use repo\.approvals\.approve"):
             repo.approve(request, "looks right")
-        with pytest.warns(DeprecationWarning, match=r"use StateRepo\.approvals\.verdict"):
+        with pytest.warns(DeprecationWarning, match=r"use repo\.approvals\.verdict"):
             assert repo.approval_verdict("refund", {"order": "O-1"}).ok
         with pytest.warns(DeprecationWarning, match=r"repo\.approvals\(\) is deprecated: "
                                                     r"use repo\.approvals\.list\(\)"):
@@ -79,7 +79,7 @@ def test_moved_methods_answer_with_a_warning_naming_the_namespace(tmp_path: Path
                           ("spend_approval", "approvals.spend"), ("promote", "runs.promote"),
                           ("push_threads", "remote.push_threads"),
                           ("pull_threads", "remote.pull_threads")):
-            with pytest.warns(DeprecationWarning, match=rf"use StateRepo\.{new}$"):
+            with pytest.warns(DeprecationWarning, match=rf"use repo\.{new}$"):
                 bound = getattr(repo, name)
             owner, _, method = new.partition(".")
             assert bound == getattr(getattr(repo, owner), method), name

@@ -11,6 +11,7 @@ modules on lines above it).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -208,8 +209,8 @@ def package_problems(graph: dict[str, set[str]]) -> list[str]:
     return problems
 
 
-def test_packages_import_only_the_packages_below_them(source: dict[str, ast.Module]) -> None:
-    graph, _ = imports(source)
+def package_graph(graph: dict[str, set[str]]) -> list[str]:
+    """One line per package, lowest first: the packages its modules import."""
     uses: dict[str, set[str]] = {p: set() for p in PACKAGES}
     for module, deps in graph.items():
         own = package_of(module)
@@ -217,11 +218,69 @@ def test_packages_import_only_the_packages_below_them(source: dict[str, ast.Modu
             other = package_of(dep)
             if own in uses and other is not None and other != own:
                 uses[own].add(other)
+    return [f"{n:>2}: {pkg:<10} <- "
+            f"{' '.join(p for p in PACKAGES if p in uses[pkg]) or '(nothing of gitstate)'}"
+            for n, pkg in enumerate(PACKAGES)]
+
+
+def test_packages_import_only_the_packages_below_them(source: dict[str, ast.Module]) -> None:
+    graph, _ = imports(source)
+    lines = package_graph(graph)
     print("\npackage graph (lowest first; each imports only packages above it):")
-    for n, pkg in enumerate(PACKAGES):
-        below = " ".join(p for p in PACKAGES if p in uses[pkg])
-        print(f"  {n:>2}: {pkg:<10} <- {below or '(nothing of gitstate)'}")
+    print("\n".join(lines))
     assert package_problems(graph) == []
+    # docs/design.md shows the same graph (it is what a reader checks the map against)
+    design = (PACKAGE.parent / "docs" / "design.md").read_text(encoding="utf-8")
+    shown = design.split("The package graph:", 1)[1].split("```text\n", 1)[1].split("```")[0]
+    assert shown.splitlines() == lines, "update docs/design.md's package graph"
+
+
+def may_import(doc: str, own: str) -> set[str]:
+    """The packages a package's docstring says it may import: those its ``May import:``
+    paragraph names, or every package before it when it says so."""
+    text = " ".join(doc.split("May import:", 1)[1].split("\n\n", 1)[0].split())
+    if "every package" in text:
+        return set(PACKAGES[:PACKAGES.index(own)])
+    return {p for p in PACKAGES if re.search(rf"\b{p}\b", text)} - {own}
+
+
+def docstring_problems(graph: dict[str, set[str]], docs: dict[str, str]) -> list[str]:
+    """An import of a package the importer's own docstring does not allow."""
+    problems = []
+    for module, deps in sorted(graph.items()):
+        own = package_of(module)
+        if own not in docs:
+            continue
+        allowed = may_import(docs[own], own) | {own}
+        for dep in sorted(deps):
+            other = package_of(dep)
+            if other is not None and other not in allowed:
+                problems.append(f"{module} imports {dep}: gitstate/{own}/__init__.py's "
+                                f"May import line does not name {other}")
+    return problems
+
+
+def test_imports_are_what_each_package_docstring_allows(source: dict[str, ast.Module]) -> None:
+    docs = {pkg: ast.get_docstring(ast.parse((PACKAGE / pkg / "__init__.py").read_text()))
+            or "" for pkg in PACKAGES}
+    assert docstring_problems(imports(source)[0], docs) == []
+    assert may_import(docs["core"], "core") == set()  # "nothing of gitstate"
+    assert may_import(docs["api"], "api") == set(PACKAGES[:PACKAGES.index("api")])
+    broken = {"gitstate.threads.x": {"gitstate.runs.model"}}
+    assert docstring_problems(broken, docs) == [
+        "gitstate.threads.x imports gitstate.runs.model: gitstate/threads/__init__.py's "
+        "May import line does not name runs"]
+
+
+def test_nothing_inside_takes_a_name_an_old_module_path_hands_on(
+        source: dict[str, ast.Module]) -> None:
+    """``from ..audit import verify`` would take a deprecated name through the package's
+    __getattr__ (gitstate/moved.py): inside gitstate every name comes from its module."""
+    from gitstate.moved import FORWARDED
+
+    graph, _ = imports(source)
+    assert sorted(f"{m} imports {d}" for m, deps in graph.items() for d in deps
+                  if d in FORWARDED and m != d) == []
 
 
 def test_every_package_says_what_it_owns_and_may_import() -> None:
