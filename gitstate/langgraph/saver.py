@@ -255,9 +255,12 @@ class GitCheckpointSaver(ThreadRetention, InWorkerThread):
             old = [w for w in journal.read() if w.ns == ns]
             raw = old + [w for w in shard.pending_of(thread_id) if w.ns == ns]
             folded = lgjournal.merge(raw)
-            self.wal.recover(shard, ref, self.store.ref(ref))  # a dead writer's commit
-            for _ in range(5):
+            head = self.store.ref(ref)
+            if self.wal.recover(shard, ref, head):  # a dead writer's commit, put back
                 head = self.store.ref(ref)
+            for attempt in range(5):
+                if attempt:  # the ref moved under the commit's compare: read it again
+                    head = self.store.ref(ref)
                 if head is None:
                     self._new_thread(thread_id)
                 changes: dict[str, bytes | None] = dict(files)
