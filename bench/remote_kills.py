@@ -84,7 +84,7 @@ def recover(agent: Path, action: str, tally: Tally) -> None:
     for _ in range(5):
         try:
             with StateRepo(agent) as repo:
-                result = repo.push() if action == "push" else repo.pull()
+                result = repo.remote.push() if action == "push" else repo.remote.pull()
         except StoreError as exc:
             fix = exc.details.get("fix", "")
             if exc.rule != "remote.locked" or not fix.startswith("rm '"):
@@ -143,7 +143,7 @@ def matrix(transport: str, kills: int, root: Path) -> Tally:
             repo.store.set_remote_url(url)
             repo.runs.start(RUN, description="refund", criteria=["refund issued"],
                             reason="run start")
-            repo.push()
+            repo.remote.push()
         StateRepo.clone(url, b).close()
         writes, events = ["a write 0"], ["run start"]
         start = time.monotonic()

@@ -33,10 +33,10 @@ def decisions(agent: Path, key: Path | None, rounds: int) -> tuple[list[float], 
     with StateRepo(agent) as runtime, \
             StateRepo(agent, writer="human", actor="alice", signing_key=key) as human:
         for n in range(rounds):
-            approval = runtime.request_approval("refund", {"round": n}, "bench")
+            approval = runtime.approvals.request("refund", {"round": n}, "bench")
             human.reader.head()  # the human's opening sees the request
             start = time.perf_counter()
-            result = human.approve(approval, "checked")
+            result = human.approvals.approve(approval, "checked")
             times.append((time.perf_counter() - start) * 1000)
             commits.append(result.commit)
     return times, commits

@@ -32,10 +32,10 @@ def spends(repo: StateRepo, rounds: int) -> list[float]:
     out = []
     for n in range(rounds):
         args = {"round": n}
-        approval = repo.request_approval("refund", args, "bench")
-        repo.approve(approval, "bench")
+        approval = repo.approvals.request("refund", args, "bench")
+        repo.approvals.approve(approval, "bench")
         start = time.perf_counter()
-        with repo.spend_approval(approval, "refund", args):
+        with repo.approvals.spend(approval, "refund", args):
             pass
         out.append((time.perf_counter() - start) * 1000)
     return out
@@ -51,9 +51,9 @@ def cycles(count: int) -> None:
         started = time.perf_counter()
         for n in range(count):
             start = time.perf_counter()
-            approval = repo.request_approval("refund", {"round": n}, "bench")
-            repo.approve(approval, "bench")
-            with repo.spend_approval(approval, "refund", {"round": n}):
+            approval = repo.approvals.request("refund", {"round": n}, "bench")
+            repo.approvals.approve(approval, "bench")
+            with repo.approvals.spend(approval, "refund", {"round": n}):
                 pass
             ms.append((time.perf_counter() - start) * 1000)
         total = time.perf_counter() - started

@@ -9,7 +9,7 @@ Usage::
 
     with HostileGitServer(bare, extra_refs={"refs/gitstate/refusals/../../heads/main": sha}) as url:
         repo.store.set_remote_url(url)   # git://127.0.0.1:PORT/repo
-        repo.pull()                      # sees the forged name in the advertisement
+        repo.remote.pull()                      # sees the forged name in the advertisement
 
 Arguments (all optional, combinable):
 

@@ -86,7 +86,7 @@ def pusher(agent_dir: str, rounds: int) -> None:
         for i in range(rounds):
             repo.set("k", i, f"round {i}")
             repo.runs.event("r1", {"type": "question_opened", "question": f"q{i}"}, "ask")
-            repo.push()
+            repo.remote.push()
             print(i, flush=True)
 
 
@@ -177,7 +177,7 @@ def spender(agent_dir: str, name: str, effects: str) -> None:
             call: Spend | None = None
             try:
                 # the file opens only once the spend was won (left to right)
-                with repo.spend_approval(approval, "refund", {"round": int(n)}) as call, \
+                with repo.approvals.spend(approval, "refund", {"round": int(n)}) as call, \
                         open(effects, "a", encoding="utf-8") as out:
                     out.write(f"{n} {name} {call.commit}\n")
             except Refused as exc:

@@ -67,7 +67,7 @@ class World:
         self.a = StateRepo.init(tmp_path / "a", clock=self.clock)
         self.a.set_schema(SCHEMA, "refunds need a human")
         self.clock.advance(minutes=1)
-        self.approval = self.a.request_approval("refund", ARGS, "the customer asked")
+        self.approval = self.a.approvals.request("refund", ARGS, "the customer asked")
         self.clock.advance(minutes=1)
         self.a.runs.start(RUN, description="refund O-1", criteria=["refunded"], risk="high",
                           reason="the customer asked")
@@ -204,11 +204,11 @@ def _consume_void(w: World) -> str:
     """An approval of wire, whose policy voids it when limit changes: limit changes after
     the decision; the consume the planner makes, minus that check."""
     w.a.set("limit", 500, "the limit")
-    approval = w.a.request_approval("wire", {"to": "x"}, "wire it")
+    approval = w.a.approvals.request("wire", {"to": "x"}, "wire it")
     w.a.push()  # a decision is linearized through the remote
     w.clock.advance(minutes=1)
     with w.human() as human:
-        human.approve(approval, "ok")
+        human.approvals.approve(approval, "ok")
     w.clock.advance(minutes=1)
     w.a.set("limit", 50, "tighter")
     w.a.push()
@@ -284,7 +284,7 @@ def test_pull_refuses_a_forged_approval_step(world: World, transport: str,
     with served(transport, world.bare) as url, StateRepo(world.b) as repo:
         repo.store.set_remote_url(url)
         with pytest.raises(GitStateError) as err:
-            repo.pull()
+            repo.remote.pull()
         assert _rule_of(err.value) == rule, err.value.message
         assert not repo.can_run("refund", ARGS)
     before.unchanged()
@@ -332,7 +332,7 @@ def test_an_older_writers_spend_without_consumed_by_passes_pull_and_the_hook(
     server = world.guarded()
     _decided, consumed = _decide_honestly(world, _main(world), consumed_by=False)
     with StateRepo(world.b) as repo:
-        repo.pull()
+        repo.remote.pull()
         assert repo.state().keys[approvals.PREFIX + world.approval].value["status"] == \
             "consumed"
     out = world.push_to(server, f"{consumed}:refs/heads/main")
@@ -356,7 +356,7 @@ def test_a_decision_made_on_an_unpushed_commit_is_re_applied_naming_its_copy(
     made_on = world.a.store.head()
     world.a.store.set_remote_url(None)
     with world.human() as human:
-        human.approve(world.approval, "ok")
+        human.approvals.approve(world.approval, "ok")
     world.a.store.set_remote_url(str(server))
     pushed = world.a.push()
     assert pushed.rebased == 2 and not pushed.refused, pushed
@@ -366,7 +366,7 @@ def test_a_decision_made_on_an_unpushed_commit_is_re_applied_naming_its_copy(
     with StateRepo(world.b) as b:
         b.pull()
         assert b.state().keys[approvals.PREFIX + world.approval].value["status"] == "approved"
-    wire = world.a.request_approval("wire", {"to": "x"}, "wire it")
+    wire = world.a.approvals.request("wire", {"to": "x"}, "wire it")
     world.a.push()
     with StateRepo(world.b, clock=world.clock) as b:
         b.pull()
@@ -376,7 +376,7 @@ def test_a_decision_made_on_an_unpushed_commit_is_re_applied_naming_its_copy(
     world.a.set("mine", 2, "another unpushed commit")
     world.a.store.set_remote_url(None)
     with world.human() as human:
-        human.approve(wire, "ok, as the limit stood here")
+        human.approvals.approve(wire, "ok, as the limit stood here")
     world.a.store.set_remote_url(str(server))
     pushed = world.a.push()
     assert [r["rule"] for r in pushed.refused] == ["remote.conflict"], pushed.refused
@@ -402,16 +402,16 @@ def test_honest_reverts_promotions_and_observations_rederive(world: World) -> No
                        "asked")
     world.a.runs.event("find-limit", {"type": "question_answered", "question": "which limit?",
                                       "evidence_ref": "doc:7"}, "answered")
-    world.a.promote("find-limit", "refund.limit", 50, "the limit found",
+    world.a.runs.promote("find-limit", "refund.limit", 50, "the limit found",
                     evidence="doc:7")
-    world.a.register_observation("price", lambda state, payload: {"price": payload["last"],
+    world.a.observations.register("price", lambda state, payload: {"price": payload["last"],
                                                                    "k": None})
-    world.a.apply_observation("price", {"last": 262}, request_id="obs-1")
+    world.a.observations.apply("price", {"last": 262}, request_id="obs-1")
     pushed = world.a.push()
     assert pushed.pushed and not pushed.refused, pushed
     with StateRepo(world.b) as repo:
         repo.store.set_remote_url(str(server))
-        repo.pull()
+        repo.remote.pull()
         assert repo.state().keys["refund.limit"].value == 50
         assert repo.state().keys["price"].value == 262
 
@@ -530,13 +530,13 @@ RUN_ATTACKS = {
 def test_pull_refuses_a_forged_run_event(world: World, transport: str, attack: str) -> None:
     make, rule = RUN_ATTACKS[attack]
     with StateRepo(world.b) as repo:
-        repo.pull()
+        repo.remote.pull()
     make(world)
     before = Snapshot(world.b)
     with served(transport, world.bare) as url, StateRepo(world.b) as repo:
         repo.store.set_remote_url(url)
         with pytest.raises(GitStateError) as err:
-            repo.pull()
+            repo.remote.pull()
         assert err.value.rule == "remote.run_invalid", err.value.message
         assert f"[{rule}]" in err.value.message, err.value.message
         assert repo.runs.read(RUN).state["awaiting_approval"] == "pay"
@@ -576,7 +576,7 @@ def test_the_schemas_run_writers_hold_for_events_from_elsewhere(world: World) ->
     world.a.set_schema(RUN_WRITERS, "only the runtime cancels")
     world.a.push()
     with StateRepo(world.b) as repo:
-        repo.pull()
+        repo.remote.pull()
     with world.human() as human, pytest.raises(RunRefused) as err:
         human.runs.event(RUN, {"type": "cancelled", "reason": "stop"}, "stop it")
     assert err.value.rule == "run.writer"
@@ -584,7 +584,7 @@ def test_the_schemas_run_writers_hold_for_events_from_elsewhere(world: World) ->
                          writer="human")
     before = Snapshot(world.b)
     with StateRepo(world.b) as repo, pytest.raises(GitStateError) as pulled:
-        repo.pull()
+        repo.remote.pull()
     assert pulled.value.rule == "remote.run_invalid" and "[run.writer]" in \
         pulled.value.message, pulled.value.message
     before.unchanged()
@@ -606,12 +606,12 @@ def test_a_spent_approval_releases_no_run_here_or_from_elsewhere(world: World) -
     server = world.guarded()
     world.clock.advance(hours=1)
     with world.human() as human:
-        human.approve(world.approval, "the order checks out")
+        human.approvals.approve(world.approval, "the order checks out")
     world.clock.advance(minutes=1)
-    world.a.consume_approval(world.approval, "refund", ARGS)
+    world.a.approvals.consume(world.approval, "refund", ARGS)
     world.a.push()
     with StateRepo(world.b) as repo:
-        repo.pull()
+        repo.remote.pull()
     with pytest.raises(RunRefused) as err:
         world.a.runs.event(RUN, _recorded(world.approval), "released by a spent approval")
     assert err.value.rule == "run.approval_spent"
@@ -619,7 +619,7 @@ def test_a_spent_approval_releases_no_run_here_or_from_elsewhere(world: World) -
                          when=world.at(1.5))
     before = Snapshot(world.b)
     with StateRepo(world.b) as repo, pytest.raises(GitStateError) as pulled:
-        repo.pull()
+        repo.remote.pull()
     assert "[run.approval_spent]" in pulled.value.message, pulled.value.message
     before.unchanged()
     out = subprocess.run([GIT or "git", "-C", str(world.bare), "push", str(server),
@@ -637,7 +637,7 @@ def test_main_and_a_run_citing_it_pass_the_hook_in_one_push(world: World) -> Non
     install_pre_receive(server, world.tmp)
     world.clock.advance(hours=1)
     with world.human() as human:
-        human.approve(world.approval, "the order checks out")
+        human.approvals.approve(world.approval, "the order checks out")
     world.clock.advance(minutes=1)
     world.a.runs.event(RUN, _recorded(world.approval), "the operator approved")
     out = git(world.a.state_dir, "push", str(server), "main", f"{PREFIX}{RUN}")
@@ -653,7 +653,7 @@ def test_honest_decisions_and_their_run_event_pass_pull_and_the_hook(world: Worl
     world.a.store.set_remote_url(str(server))
     world.clock.advance(hours=1)
     with world.human() as human:
-        human.approve(world.approval, "the order checks out")
+        human.approvals.approve(world.approval, "the order checks out")
     world.clock.advance(minutes=1)
     view = world.a.runs.event(RUN, _recorded(world.approval), "the operator approved")
     assert view.next["action"] == "continue"
@@ -662,11 +662,11 @@ def test_honest_decisions_and_their_run_event_pass_pull_and_the_hook(world: Worl
     pushed = world.a.push()
     assert pushed.runs["pushed"] == [RUN], pushed.runs
     world.clock.advance(minutes=1)
-    world.a.consume_approval(world.approval, "refund", ARGS)  # linearized: pushed at once
+    world.a.approvals.consume(world.approval, "refund", ARGS)  # linearized: pushed at once
     assert git(server, "rev-parse", "main").stdout.strip() == world.a.head()
     with StateRepo(world.b) as repo:
         repo.store.set_remote_url(str(server))
-        pulled = repo.pull()
+        pulled = repo.remote.pull()
         assert pulled.runs["pulled"] == [RUN]
         assert repo.runs.read(RUN).next["action"] == "continue"
         assert repo.runs.verify(RUN) == []
@@ -681,7 +681,7 @@ def test_pull_refuses_a_journal_dated_ahead(world: World, transport: str) -> Non
     from tests.history.test_refusals import _forge
 
     with StateRepo(world.b) as repo:
-        repo.pull()
+        repo.remote.pull()
     ahead = datetime.fromtimestamp(int(time.time()) + 86400, UTC)
     git(world.bare, "update-ref", "refs/gitstate/refusals/00000000000000aa",
         _forge(world.bare, None, time=format_time(ahead)))
@@ -689,7 +689,7 @@ def test_pull_refuses_a_journal_dated_ahead(world: World, transport: str) -> Non
     with served(transport, world.bare) as url, StateRepo(world.b) as repo:
         repo.store.set_remote_url(url)
         with pytest.raises(GitStateError) as err:
-            repo.pull()
+            repo.remote.pull()
         assert err.value.rule == "remote.refusals_invalid", err.value.message
         assert "[time.future]" in err.value.message, err.value.message
     before.unchanged()
@@ -752,13 +752,13 @@ def test_pull_refuses_a_journal_record_the_journal_would_not_write(
         world: World, transport: str, attack: str) -> None:
     make, rule = JOURNAL_ATTACKS[attack]
     with StateRepo(world.b) as repo:
-        repo.pull()
+        repo.remote.pull()
     git(world.bare, "update-ref", JOURNAL, make(world))
     before = Snapshot(world.b)
     with served(transport, world.bare) as url, StateRepo(world.b) as repo:
         repo.store.set_remote_url(url)
         with pytest.raises(GitStateError) as err:
-            repo.pull()
+            repo.remote.pull()
         assert err.value.rule == "remote.refusals_invalid", err.value.message
         assert f"[{rule}]" in err.value.message, err.value.message
     before.unchanged()
@@ -794,6 +794,6 @@ def test_an_honest_journal_passes_pull_and_the_hook(world: World) -> None:
         world.a.store.commit_times(older["commit"])  # dated the parent's: never back
     with StateRepo(world.b) as repo:
         repo.store.set_remote_url(str(server))
-        repo.pull()
+        repo.remote.pull()
         assert len([e for e in refusals.entries(repo.store)
                     if e.get("origin") != "local" and not e.get("damaged")]) == 2

@@ -60,10 +60,10 @@ class Agent:
     def act(self, op: str, n: int) -> None:
         rt, human = self.rt, self.human
         self.clock.advance(minutes=7)
-        pending = [a["id"] for a in rt.approvals() if a["status"] == "pending"]
-        approved = [a for a in rt.approvals() if a["status"] == "approved" and not a["expired"]]
+        pending = [a["id"] for a in rt.approvals.list() if a["status"] == "pending"]
+        approved = [a for a in rt.approvals.list() if a["status"] == "approved" and not a["expired"]]
         # a spent approval releases no run (run.approval_spent): the runtime records the rest
-        decided = [a for a in rt.approvals() if a["status"] not in ("pending", "consumed")]
+        decided = [a for a in rt.approvals.list() if a["status"] not in ("pending", "consumed")]
         runs = [r["run_id"] for r in rt.runs.listing()]
         run = runs[n % len(runs)] if runs else None
         try:
@@ -79,15 +79,15 @@ class Agent:
             elif op == "schema":
                 rt.set_schema(SCHEMAS[n % 2], f"schema {n % 2}")
             elif op == "request":
-                rt.request_approval("refund" if n % 2 else "wire", {"order": f"O-{n}"},
+                rt.approvals.request("refund" if n % 2 else "wire", {"order": f"O-{n}"},
                                     "the customer asked")
             elif op == "approve" and pending:
-                human.approve(pending[n % len(pending)], "checked")
+                human.approvals.approve(pending[n % len(pending)], "checked")
             elif op == "deny" and pending:
-                human.deny(pending[n % len(pending)], "no")
+                human.approvals.deny(pending[n % len(pending)], "no")
             elif op == "consume" and approved:
                 a = approved[n % len(approved)]
-                rt.consume_approval(a["id"], a["tool"], a["args"])
+                rt.approvals.consume(a["id"], a["tool"], a["args"])
             elif op == "run_start":
                 rt.runs.start(f"run-{n}", description="a task", criteria=["done"],
                               risk="high" if n % 2 else "low", reason="start")
@@ -179,7 +179,7 @@ def _round_trip(first: list[tuple[str, int]], second: list[tuple[str, int]], *,
         held = {"commits": len(a.rt.full_history()),
                 "recorded": sum(len(r.state["approval_refs"]) for r in
                                 (a.rt.runs.read(x["run_id"]) for x in a.rt.runs.listing())),
-                "consumed": sum(x["status"] == "consumed" for x in a.rt.approvals()),
+                "consumed": sum(x["status"] == "consumed" for x in a.rt.approvals.list()),
                 "journal": int(a.rt.store.ref(JOURNAL_REF) is not None)}
         a.close()
         b.close()

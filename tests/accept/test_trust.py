@@ -50,7 +50,7 @@ class Pair:
         self.keys.config(tmp / "a", None)
         self.a = StateRepo.init(tmp / "a", signing_key=self.keys.keys["runtime:a"])
         self.a.set_schema(SCHEMA, "refunds and the daily limit are a human's")
-        self.approval = self.a.request_approval("refund", ARGS, "the customer asked")
+        self.approval = self.a.approvals.request("refund", ARGS, "the customer asked")
         self.a.runs.start(RUN, description="refund O-1", criteria=["refunded"],
                           reason="the customer asked")
         self.a.store.set_remote_url(str(self.plain))
@@ -91,7 +91,7 @@ def pair(tmp_path: Path) -> Pair:
 
 def _decide(pair: Pair, signer: str | None) -> None:
     with pair.human(signer) as human:
-        human.approve(pair.approval, "the order checks out")
+        human.approvals.approve(pair.approval, "the order checks out")
     pair.a.push()
 
 
@@ -250,8 +250,8 @@ def _adopt_limit(pair: Pair) -> None:
 
 def _observe_limit(pair: Pair) -> None:
     with pair.human(None) as human:
-        human.register_observation("sale", lambda state, payload: {"limit.daily": 999})
-        human.apply_observation("sale", {"why": "the sale"})
+        human.observations.register("sale", lambda state, payload: {"limit.daily": 999})
+        human.observations.apply("sale", {"why": "the sale"})
 
 
 def _unsigned_schema(pair: Pair) -> None:
@@ -294,9 +294,9 @@ def test_consume_approval_is_linearized_too(pair: Pair) -> None:
     _decide(pair, "human:alice")
     with StateRepo(pair.b) as b:
         b.pull()
-        b.consume_approval(pair.approval, "refund", ARGS)
+        b.approvals.consume(pair.approval, "refund", ARGS)
     from gitstate.core.errors import Refused
 
     with pytest.raises(Refused) as exc:
-        pair.a.consume_approval(pair.approval, "refund", ARGS)
+        pair.a.approvals.consume(pair.approval, "refund", ARGS)
     assert exc.value.rule == "approval.not_runnable"

@@ -97,7 +97,7 @@ def test_request_approval_returns_a_typed_request_that_is_still_the_id(tmp_path:
     with StateRepo.init(tmp_path / "a", writer="human") as repo:
         repo.set_schema(SCHEMA, "refunds need a human")
         args = {"ticket": "T-1", "amount": 120}
-        request = repo.request_approval("refund", args, "asked")
+        request = repo.approvals.request("refund", args, "asked")
         assert isinstance(request, ApprovalRequest) and isinstance(request, str)
         assert (request.tool, request.args, request.reason) == ("refund", args, "asked")
         assert request == request.approval_id and request.commit == repo.head()
@@ -105,9 +105,9 @@ def test_request_approval_returns_a_typed_request_that_is_still_the_id(tmp_path:
         assert git(repo.state_dir, "cat-file", "-t", request.commit).stdout.strip() == "commit"
         with pytest.raises(AttributeError):
             request.tool = "wire"  # type: ignore[misc]
-        repo.approve(request, "checked")
+        repo.approvals.approve(request, "checked")
         assert any(a["id"] == request.approval_id and a["status"] == "approved"
-                   for a in repo.approvals())
+                   for a in repo.approvals.list())
 
 
 def test_a_refusals_current_entry_is_a_key_state(tmp_path: Path) -> None:

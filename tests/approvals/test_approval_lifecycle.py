@@ -40,15 +40,15 @@ def test_request_approve_spend_cycles_never_fill_the_table(agent_dir: Path) -> N
     repo.set_schema(SCHEMA, "refunds need an approval")
     spent = []
     for n in range(CYCLES):
-        approval = repo.request_approval("refund", {"order": n}, "the customer asked")
-        repo.approve(approval, "within policy")
-        with repo.spend_approval(approval, "refund", {"order": n}) as call:
+        approval = repo.approvals.request("refund", {"order": n}, "the customer asked")
+        repo.approvals.approve(approval, "within policy")
+        with repo.approvals.spend(approval, "refund", {"order": n}) as call:
             spent.append(call.approval_id)
         if n % 40 == 0:  # denied ones leave as well
-            denied = repo.request_approval("refund", {"order": -n}, "asked again")
-            repo.deny(denied, "a duplicate")
+            denied = repo.approvals.request("refund", {"order": -n}, "asked again")
+            repo.approvals.deny(denied, "a duplicate")
     assert _approval_keys(repo) == []
-    listed = {a["id"]: a["status"] for a in repo.approvals()}
+    listed = {a["id"]: a["status"] for a in repo.approvals.list()}
     assert [listed[a] for a in spent] == ["consumed"] * CYCLES
     assert sorted(listed.values()).count("denied") == 3
     out = run_cli("approvals", "--all", "--json", agent_dir=agent_dir)
@@ -70,26 +70,26 @@ def test_a_retired_approval_keeps_its_rules(agent_dir: Path) -> None:
     refused by the planner's own rule, read back from the history."""
     repo = StateRepo.init(agent_dir)
     repo.set_schema(SCHEMA, "refunds need an approval")
-    approval = repo.request_approval("refund", {"order": 1}, "asked")
-    repo.approve(approval, "ok")
-    with pytest.raises(RuntimeError), repo.spend_approval(approval, "refund", {"order": 1}):
+    approval = repo.approvals.request("refund", {"order": 1}, "asked")
+    repo.approvals.approve(approval, "ok")
+    with pytest.raises(RuntimeError), repo.approvals.spend(approval, "refund", {"order": 1}):
         raise RuntimeError("the provider timed out")
     assert _approval_keys(repo) == []
-    [record] = repo.approvals()
+    [record] = repo.approvals.list()
     assert record["status"] == "consumed" and record["outcome"] == "failed"
     from gitstate.core.errors import Refused
 
     with pytest.raises(Refused) as exc:
-        repo.consume_approval(approval, "refund", {"order": 1})
+        repo.approvals.consume(approval, "refund", {"order": 1})
     assert exc.value.rule == "approval.not_runnable"
     assert exc.value.details["status"] == "consumed"
     with pytest.raises(Refused) as exc:
-        repo.approve(approval, "again")
+        repo.approvals.approve(approval, "again")
     assert exc.value.rule == "approval.decided"
-    denied = repo.request_approval("refund", {"order": 2}, "asked")
-    repo.deny(denied, "no")
+    denied = repo.approvals.request("refund", {"order": 2}, "asked")
+    repo.approvals.deny(denied, "no")
     with pytest.raises(Refused) as exc:
-        repo.deny(denied, "no again")
+        repo.approvals.deny(denied, "no again")
     assert exc.value.rule == "approval.decided"
     assert not repo.can_run("refund", {"order": 1})
     assert all(c.ok for c in integrity.verify(repo))
@@ -104,10 +104,10 @@ def test_expired_approvals_leave_the_stored_table(agent_dir: Path, clock: Clock)
     repo = StateRepo.init(agent_dir, clock=clock)
     repo.set_schema(SCHEMA, "wires need an approval")
     for n in range(100):
-        repo.request_approval("wire", {"to": n}, "asked")
+        repo.approvals.request("wire", {"to": n}, "asked")
         clock.advance(minutes=20)  # each lasts an hour: three are live at a time
     assert len(_approval_keys(repo)) <= 4
-    assert len([a for a in repo.approvals() if a["expired"]]) >= 96
+    assert len([a for a in repo.approvals.list() if a["expired"]]) >= 96
     # at the limit, the expired records the refusal names can be cleared
     for n in range(20 - len(repo.state().keys)):
         repo.set(f"k{n}", n, "fill")
@@ -119,7 +119,7 @@ def test_expired_approvals_leave_the_stored_table(agent_dir: Path, clock: Clock)
     for key in expired:
         repo.clear(key, "expired, never decided")
     repo.set("one.more", 1, "room again")
-    live = repo.request_approval("wire", {"to": "x"}, "asked")
+    live = repo.approvals.request("wire", {"to": "x"}, "asked")
     with pytest.raises(InvalidInput) as err:
         repo.clear(f"approval.{live}", "erase a live request")
     assert err.value.rule == "approval.reserved"

@@ -40,28 +40,28 @@ def _human(repo: StateRepo, clock: Clock) -> StateRepo:
 def test_the_lifecycle(runtime: StateRepo, clock: Clock) -> None:
     assert runtime.can_run("lookup", {"any": 1})  # needs no approval
     assert not runtime.can_run("refund", ARGS)
-    approval = runtime.request_approval("refund", ARGS, "customer asked for a refund")
-    assert runtime.approval_verdict("refund", ARGS).reason.endswith("(waiting for a decision)")
-    [listed] = runtime.approvals()
+    approval = runtime.approvals.request("refund", ARGS, "customer asked for a refund")
+    assert runtime.approvals.verdict("refund", ARGS).reason.endswith("(waiting for a decision)")
+    [listed] = runtime.approvals.list()
     assert listed["id"] == approval and listed["status"] == "pending"
     assert listed["args"] == ARGS and len(listed["args_sha256"]) == 64
     with pytest.raises(Refused) as exc:
-        runtime.approve(approval, "I approve myself")  # the runtime is not a writer of refund
+        runtime.approvals.approve(approval, "I approve myself")  # the runtime is not a writer of refund
     assert exc.value.rule == "approval.writer"
     with _human(runtime, clock) as human:
-        human.approve(approval, "ticket checked")
+        human.approvals.approve(approval, "ticket checked")
     # key order of the arguments never matters; any changed argument is named
     assert runtime.can_run("refund", dict(reversed(list(ARGS.items()))))
-    changed = runtime.approval_verdict("refund", {**ARGS, "amount": 150})
+    changed = runtime.approvals.verdict("refund", {**ARGS, "amount": 150})
     assert not changed.ok and "args.amount: 120 approved, 150 asked" in changed.reason
-    added = runtime.approval_verdict("refund", {**ARGS, "note": "x"})
+    added = runtime.approvals.verdict("refund", {**ARGS, "note": "x"})
     assert "args.note: (absent) approved" in added.reason
     assert not runtime.can_run("refund")  # no arguments: nothing can match
-    first = runtime.consume_approval(approval, "refund", ARGS, request_id="run-1")
-    retry = runtime.consume_approval(approval, "refund", ARGS, request_id="run-1")
+    first = runtime.approvals.consume(approval, "refund", ARGS, request_id="run-1")
+    retry = runtime.approvals.consume(approval, "refund", ARGS, request_id="run-1")
     assert retry.replayed and retry.commit == first.commit
     with pytest.raises(Refused) as exc:
-        runtime.consume_approval(approval, "refund", ARGS)
+        runtime.approvals.consume(approval, "refund", ARGS)
     assert exc.value.rule == "approval.not_runnable" and "consumed" in exc.value.message
     assert not runtime.can_run("refund", ARGS)
     trailers = audit.show(runtime, runtime.head())["trailers"]
@@ -71,62 +71,62 @@ def test_the_lifecycle(runtime: StateRepo, clock: Clock) -> None:
 
 
 def test_consume_checks_the_arguments_too(runtime: StateRepo, clock: Clock) -> None:
-    approval = runtime.request_approval("refund", ARGS, "r")
+    approval = runtime.approvals.request("refund", ARGS, "r")
     with _human(runtime, clock) as human:
-        human.approve(approval, "ok")
+        human.approvals.approve(approval, "ok")
     with pytest.raises(Refused) as exc:
-        runtime.consume_approval(approval, "refund", {**ARGS, "amount": 121})
+        runtime.approvals.consume(approval, "refund", {**ARGS, "amount": 121})
     assert "argument changed" in exc.value.message
     with pytest.raises(Refused):
-        runtime.consume_approval(approval, "wire", ARGS)  # another tool
-    runtime.consume_approval(approval)  # no call given: the approved one
+        runtime.approvals.consume(approval, "wire", ARGS)  # another tool
+    runtime.approvals.consume(approval)  # no call given: the approved one
     with pytest.raises(Refused):
-        runtime.consume_approval(approval)
+        runtime.approvals.consume(approval)
 
 
 def test_expiry_and_denial_never_let_it_run(runtime: StateRepo, clock: Clock) -> None:
-    late = runtime.request_approval("refund", ARGS, "r")
+    late = runtime.approvals.request("refund", ARGS, "r")
     with _human(runtime, clock) as human:
-        human.approve(late, "ok")
+        human.approvals.approve(late, "ok")
         clock.advance(hours=25)
         assert not runtime.can_run("refund", ARGS)
-        assert "expired" in runtime.approval_verdict("refund", ARGS).reason
+        assert "expired" in runtime.approvals.verdict("refund", ARGS).reason
         with pytest.raises(Refused):
-            runtime.consume_approval(late, "refund", ARGS)
-        pending = runtime.request_approval("refund", ARGS, "again")
+            runtime.approvals.consume(late, "refund", ARGS)
+        pending = runtime.approvals.request("refund", ARGS, "again")
         clock.advance(hours=25)
         with pytest.raises(Refused) as exc:
-            human.approve(pending, "too late")
+            human.approvals.approve(pending, "too late")
         assert exc.value.rule == "approval.expired"
-        denied = runtime.request_approval("refund", ARGS, "once more")
-        human.deny(denied, "amount too high")
+        denied = runtime.approvals.request("refund", ARGS, "once more")
+        human.approvals.deny(denied, "amount too high")
         assert not runtime.can_run("refund", ARGS)
         with pytest.raises(Refused) as exc:
-            human.approve(denied, "changed my mind")
+            human.approvals.approve(denied, "changed my mind")
         assert exc.value.rule == "approval.decided"
     assert not runtime.can_run("refund", ARGS)
 
 
 def test_a_policy_may_name_the_runtime(runtime: StateRepo) -> None:
-    approval = runtime.request_approval("wire", {"to": "acct-1"}, "pay the supplier")
-    runtime.approve(approval, "automatic below the limit")
+    approval = runtime.approvals.request("wire", {"to": "acct-1"}, "pay the supplier")
+    runtime.approvals.approve(approval, "automatic below the limit")
     assert runtime.can_run("wire", {"to": "acct-1"})
 
 
 def test_only_declared_tools_and_object_arguments(runtime: StateRepo) -> None:
     with pytest.raises(InvalidInput) as exc:
-        runtime.request_approval("lookup", ARGS, "r")
+        runtime.approvals.request("lookup", ARGS, "r")
     assert exc.value.rule == "approval.not_required"
     with pytest.raises(InvalidInput):
-        runtime.request_approval("refund", [1, 2], "r")
+        runtime.approvals.request("refund", [1, 2], "r")
     with pytest.raises(InvalidInput):
-        runtime.request_approval("refund", {"bad key": 1}, "r")
+        runtime.approvals.request("refund", {"bad key": 1}, "r")
 
 
 def test_nothing_else_writes_an_approval(runtime: StateRepo, clock: Clock) -> None:
     """A plain set or clear (any writer, the agent over MCP included), a revert and an
     adopted hand edit are refused; the record stays as the planners wrote it."""
-    approval = runtime.request_approval("refund", ARGS, "r")
+    approval = runtime.approvals.request("refund", ARGS, "r")
     key = f"approval.{approval}"
     forged = {**runtime.state().keys[key].value, "status": "approved"}
     for writer in ("agent", "runtime", "human"):
@@ -137,17 +137,17 @@ def test_nothing_else_writes_an_approval(runtime: StateRepo, clock: Clock) -> No
             with pytest.raises(InvalidInput):
                 repo.clear(key, "erase the request")
     with _human(runtime, clock) as human:
-        decided = human.approve(approval, "ok")
+        decided = human.approvals.approve(approval, "ok")
         with pytest.raises(InvalidInput) as exc:
             human.revert(decided.commit, "undo the approval")
         assert exc.value.rule == "approval.reserved"
-    consumed = runtime.consume_approval(approval, "refund", ARGS)
+    consumed = runtime.approvals.consume(approval, "refund", ARGS)
     with pytest.raises(InvalidInput):  # a revert of consume would re-arm the approval
         runtime.revert(consumed.commit, "run it twice")
     path = runtime.state_dir / "working_state.json"
     data = json.loads(path.read_bytes())
     assert key not in data["keys"]  # the spend retired it; a hand edit bringing it back:
-    [spent] = [a for a in runtime.approvals() if a["id"] == approval]
+    [spent] = [a for a in runtime.approvals.list() if a["id"] == approval]
     data["keys"][key] = {"actor": "runtime", "expires_at": spent["expires_at"], "reason": "r",
                          "set_at": spent["set_at"],
                          "value": {**consumed.new.value, "status": "approved"}}
@@ -156,7 +156,7 @@ def test_nothing_else_writes_an_approval(runtime: StateRepo, clock: Clock) -> No
         runtime.adopt("adopt my edit")
     assert exc.value.rule == "approval.reserved"
     assert key not in runtime.state().keys
-    assert [a["status"] for a in runtime.approvals() if a["id"] == approval] == ["consumed"]
+    assert [a["status"] for a in runtime.approvals.list() if a["id"] == approval] == ["consumed"]
 
 
 def test_the_agent_over_mcp_sees_but_never_decides(runtime: StateRepo) -> None:
@@ -166,7 +166,7 @@ def test_the_agent_over_mcp_sees_but_never_decides(runtime: StateRepo) -> None:
 
     from tests.mcp.test_mcp import _call, connect
 
-    approval = runtime.request_approval("refund", ARGS, "r")
+    approval = runtime.approvals.request("refund", ARGS, "r")
 
     async def main() -> None:
         async with connect(runtime.agent_dir) as client:
@@ -180,7 +180,7 @@ def test_the_agent_over_mcp_sees_but_never_decides(runtime: StateRepo) -> None:
 
     anyio.run(main)
     assert f"approval.{approval}" in runtime.render(locale="en")
-    assert runtime.approvals()[0]["status"] == "pending"
+    assert runtime.approvals.list()[0]["status"] == "pending"
 
 
 def test_approval_survives_a_restart_between_approve_and_run(tmp_path: Path) -> None:
@@ -188,7 +188,7 @@ def test_approval_survives_a_restart_between_approve_and_run(tmp_path: Path) -> 
     the approval lives in the repository, not in any process (real clocks throughout)."""
     runtime = StateRepo.init(tmp_path / "agent")
     runtime.set_schema(SCHEMA, "tools that need a human")
-    approval = runtime.request_approval("refund", ARGS, "r")
+    approval = runtime.approvals.request("refund", ARGS, "r")
     runtime.close()
     listed = run_cli("approvals", "--json", agent_dir=runtime.agent_dir, process=True)
     assert json.loads(listed.stdout)["approvals"][0]["id"] == approval
@@ -203,7 +203,7 @@ def test_approval_survives_a_restart_between_approve_and_run(tmp_path: Path) -> 
     assert wrong.returncode == 1 and "args.amount: 120 approved, 999 asked" in wrong.stderr
     with StateRepo(runtime.agent_dir) as again:
         assert again.can_run("refund", ARGS)
-        again.consume_approval(approval, "refund", ARGS)
+        again.approvals.consume(approval, "refund", ARGS)
         assert not again.can_run("refund", ARGS)
 
 

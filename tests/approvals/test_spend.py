@@ -1,4 +1,4 @@
-"""Spending an approval before the call runs: ``with repo.spend_approval(...) as call:``
+"""Spending an approval before the call runs: ``with repo.approvals.spend(...) as call:``
 enters only for the spend that won. Two real processes on one agent, and two clones of one
 agent in remote-first mode with a real remote (a bare repository as a path, and behind git
 daemon on loopback), race to spend each of 50 approvals: one tool body runs per approval,
@@ -50,20 +50,20 @@ def _record(repo: StateRepo, approval: str) -> dict[str, object]:
     """A spent approval's last record: retired from the key table by its final step, kept
     in the history (``approvals()`` lists it from there)."""
     assert f"approval.{approval}" not in repo.state().keys
-    [record] = [a for a in repo.approvals() if a["id"] == approval]
+    [record] = [a for a in repo.approvals.list() if a["id"] == approval]
     return record
 
 
 def _approved(repo: StateRepo, args: dict[str, object]) -> str:
-    approval = repo.request_approval("refund", args, "the customer asked")
-    repo.approve(approval, "within policy")
+    approval = repo.approvals.request("refund", args, "the customer asked")
+    repo.approvals.approve(approval, "within policy")
     return approval
 
 
 def test_the_call_is_handed_over_once(repo: StateRepo) -> None:
     approval = _approved(repo, ARGS)
     ran: list[object] = []
-    with repo.spend_approval(approval, "refund", dict(reversed(list(ARGS.items())))) as call:
+    with repo.approvals.spend(approval, "refund", dict(reversed(list(ARGS.items())))) as call:
         ran.append(call)
         call.args["amount"] = 999  # a copy: the frozen call cannot be changed
     assert ran == [call]
@@ -72,13 +72,13 @@ def test_the_call_is_handed_over_once(repo: StateRepo) -> None:
     record = _record(repo, approval)
     assert isinstance(record, dict)
     assert record["status"] == "consumed" and record["consumed_by"] == "runtime"
-    with pytest.raises(Refused) as exc, repo.spend_approval(approval, "refund", ARGS):
+    with pytest.raises(Refused) as exc, repo.approvals.spend(approval, "refund", ARGS):
         ran.append("the second body")
     assert len(ran) == 1
     assert exc.value.rule == "approval.not_runnable"
     assert exc.value.details["winner"] == call.commit and call.commit[:12] in exc.value.message
     other = _approved(repo, ARGS)
-    with pytest.raises(Refused) as exc, repo.spend_approval(other, "refund",
+    with pytest.raises(Refused) as exc, repo.approvals.spend(other, "refund",
                                                             {**ARGS, "amount": 121}):
         ran.append("changed arguments")
     assert "args.amount: 120 approved, 121 asked" in exc.value.message and len(ran) == 1
@@ -87,7 +87,7 @@ def test_the_call_is_handed_over_once(repo: StateRepo) -> None:
 
 def test_a_body_that_raises_leaves_an_audited_outcome(repo: StateRepo, tmp_path: Path) -> None:
     approval = _approved(repo, ARGS)
-    with pytest.raises(RuntimeError), repo.spend_approval(approval, "refund", ARGS) as call:
+    with pytest.raises(RuntimeError), repo.approvals.spend(approval, "refund", ARGS) as call:
         raise RuntimeError("provider timed out; token=ghp_abcdefghijklmnopqrstuvwxyz0123456789")
     record = _record(repo, approval)
     assert isinstance(record, dict) and record["status"] == "consumed"
@@ -96,7 +96,7 @@ def test_a_body_that_raises_leaves_an_audited_outcome(repo: StateRepo, tmp_path:
     shown = audit.show(repo, repo.head())
     assert ["Gitstate-Approval", "outcome"] in shown["trailers"]
     assert call.commit[:12] in repo.history(1)[0]["reason"]
-    with pytest.raises(Refused) as exc, repo.spend_approval(approval, "refund", ARGS):
+    with pytest.raises(Refused) as exc, repo.approvals.spend(approval, "refund", ARGS):
         pytest.fail("a consumed approval ran again")
     assert exc.value.rule == "approval.not_runnable"
     # a clone checks the outcome step like any commit from elsewhere (foreign.py)
@@ -104,7 +104,7 @@ def test_a_body_that_raises_leaves_an_audited_outcome(repo: StateRepo, tmp_path:
     bare = tmp_path / "remote.git"
     subprocess.run([GIT or "git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
     repo.store.set_remote_url(str(bare))
-    repo.push()
+    repo.remote.push()
     trust_remote(tmp_path / "clone")  # the human's decision arrives as a claim
     clone = StateRepo.clone(str(bare), tmp_path / "clone")
     assert _record(clone, approval) == record
@@ -114,7 +114,7 @@ def test_a_body_that_raises_leaves_an_audited_outcome(repo: StateRepo, tmp_path:
 def test_a_run_records_the_failure_and_is_checked_first(repo: StateRepo) -> None:
     repo.runs.start("r-1", description="refund T-7", criteria=["refunded"], reason="asked")
     approval = _approved(repo, ARGS)
-    with pytest.raises(ValueError), repo.spend_approval(approval, "refund", ARGS,
+    with pytest.raises(ValueError), repo.approvals.spend(approval, "refund", ARGS,
                                                         run_id="r-1", tool_call_id="call-9"):
         raise ValueError("card declined")
     view = repo.runs.read("r-1")
@@ -124,7 +124,7 @@ def test_a_run_records_the_failure_and_is_checked_first(repo: StateRepo) -> None
     assert isinstance(record, dict) and record["status"] == "consumed" and "outcome" not in record
     repo.runs.event("r-1", {"type": "cancelled", "reason": "the customer withdrew"}, "stop")
     again = _approved(repo, ARGS)
-    with pytest.raises(GitStateError) as exc, repo.spend_approval(again, "refund", ARGS,
+    with pytest.raises(GitStateError) as exc, repo.approvals.spend(again, "refund", ARGS,
                                                                   run_id="r-1"):
         pytest.fail("a stopped run's call ran")
     assert exc.value.rule == "run.stopped"
@@ -138,7 +138,7 @@ def test_local_first_with_a_remote_spends_only_when_the_policy_allows(
     approval = _approved(repo, ARGS)
     other = _approved(repo, ARGS)
     repo.store.set_remote_url(f"git://127.0.0.1:{free_port()}/nothing.git")
-    with pytest.raises(Refused) as exc, repo.spend_approval(approval, "refund", ARGS):
+    with pytest.raises(Refused) as exc, repo.approvals.spend(approval, "refund", ARGS):
         pytest.fail("spent without the remote")
     assert exc.value.rule == "approval.offline" and "offline_spend: true" in exc.value.message
     with pytest.raises(Refused) as exc:
@@ -146,16 +146,16 @@ def test_local_first_with_a_remote_spends_only_when_the_policy_allows(
     assert exc.value.rule == "approval.offline" and "decision" in exc.value.message
     repo.set_schema(SCHEMA.replace("human]}", "human], offline_spend: true}")
                     .replace("version: 1", "version: 2"), "offline spends accepted")
-    with repo.spend_approval(approval, "refund", ARGS) as call:
+    with repo.approvals.spend(approval, "refund", ARGS) as call:
         assert call.commit == repo.head()
     # remote-first and the remote unreachable: refused before the body, still approved
     repo.set_schema(SCHEMA.replace("version: 1", "version: 3"), "no offline spends")
     (repo.agent_dir / "config.toml").write_text('[gitstate]\nsync = "remote-first"\n')
     with StateRepo(repo.agent_dir) as rf:
-        with pytest.raises(GitStateError) as err, rf.spend_approval(other, "refund", ARGS):
+        with pytest.raises(GitStateError) as err, rf.approvals.spend(other, "refund", ARGS):
             pytest.fail("spent while the remote was unreachable")
         assert err.value.rule in ("approval.offline", "remote.unreachable"), err.value
-        assert rf.approval_verdict("refund", ARGS).approval_id == other
+        assert rf.approvals.verdict("refund", ARGS).approval_id == other
 
 
 def test_the_cli_spends_then_runs_the_command(repo: StateRepo, tmp_path: Path) -> None:
@@ -295,7 +295,7 @@ def _race_clones(tmp_path: Path, url: str) -> None:
     with StateRepo(tmp_path / "desk") as desk:
         won = _race(tmp_path, [tmp_path / "x", tmp_path / "y"],
                     lambda n: _approved(desk, {"round": n}))
-        desk.pull()
+        desk.remote.pull()
         _names_the_winners(desk, won)
 
 
@@ -306,28 +306,28 @@ def test_a_decision_is_bound_to_the_state_it_was_made_on(repo: StateRepo) -> Non
         "human]}", "human], void_if_changed: [limit, 'fx.*']}"), "bind to limit and fx")
     repo.set("limit", 500, "the refund limit")
     repo.set("note", "x", "not named")
-    approval = repo.request_approval("refund", ARGS, "asked")
+    approval = repo.approvals.request("refund", ARGS, "asked")
     seen = repo.head()
-    repo.approve(approval, "within the limit of 500")
+    repo.approvals.approve(approval, "within the limit of 500")
     record = repo.state().keys[f"approval.{approval}"].value
     assert isinstance(record, dict) and record["decided_on"] == seen
     repo.set("note", "y", "an unnamed key may change")
     changed = repo.set("limit", 50, "the limit was cut").commit
     repo.set("note", "z", "and again")
-    with pytest.raises(Refused) as exc, repo.spend_approval(approval, "refund", ARGS):
+    with pytest.raises(Refused) as exc, repo.approvals.spend(approval, "refund", ARGS):
         pytest.fail("a void approval ran")
     assert exc.value.rule == "approval.void" and exc.value.details["key"] == "limit"
     assert exc.value.details["changed_in"] == changed
     assert f"limit changed in {changed[:12]} since the decision was made on {seen[:12]}" \
         in exc.value.message
     with pytest.raises(Refused):  # the low-level consume refuses it too
-        repo.consume_approval(approval, "refund", ARGS)
+        repo.approvals.consume(approval, "refund", ARGS)
     repo.set("limit", 500, "the limit is back")  # the value the decider saw: valid again
-    with repo.spend_approval(approval, "refund", ARGS) as call:
+    with repo.approvals.spend(approval, "refund", ARGS) as call:
         assert call.commit == repo.head()
     other = _approved(repo, ARGS)
     repo.set("fx.usd", 31, "a pattern counts too")
-    with pytest.raises(Refused) as exc, repo.spend_approval(other, "refund", ARGS):
+    with pytest.raises(Refused) as exc, repo.approvals.spend(other, "refund", ARGS):
         pytest.fail("a void approval ran")
     assert exc.value.details["key"] == "fx.usd"
     assert all(c.ok for c in integrity.verify(repo))
@@ -342,16 +342,16 @@ def test_a_decision_is_linearized_through_the_remote(repo: StateRepo,
     bare = tmp_path / "remote.git"
     subprocess.run([GIT or "git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
     repo.store.set_remote_url(str(bare))
-    approval = repo.request_approval("refund", ARGS, "asked")
-    repo.push()
+    approval = repo.approvals.request("refund", ARGS, "asked")
+    repo.remote.push()
     trust_remote(tmp_path / "other")
     with StateRepo.clone(str(bare), tmp_path / "other") as other:
         other.set("note", "meanwhile", "the remote moves on")
         other.push()
         moved = other.head()
-        decided = repo.approve(approval, "checked")
+        decided = repo.approvals.approve(approval, "checked")
         assert git(bare, "rev-parse", "main").stdout.strip() == decided.commit
-        assert repo.push().pushed == 0
+        assert repo.remote.push().pushed == 0
         other.pull()
         record = other.state().keys[f"approval.{approval}"].value
         assert isinstance(record, dict) and record["decided_on"] == moved

@@ -181,10 +181,10 @@ def test_phases_tools_and_the_rendered_line(agent_dir: Path, clock: Clock) -> No
 def test_observations_own_the_transitions(agent_dir: Path, clock: Clock) -> None:
     """A registered observation is one commit naming it; unknown kinds are errors."""
     with _typed(agent_dir, clock, REFUND) as repo:
-        repo.register_observation("get_ticket", lambda s, p: {"ticket_id": p["id"],
+        repo.observations.register("get_ticket", lambda s, p: {"ticket_id": p["id"],
                                                               "phase": "apply"})
         before = commit_count(repo.state_dir)
-        repo.apply_observation("get_ticket", {"id": "T1"})
+        repo.observations.apply("get_ticket", {"id": "T1"})
         assert commit_count(repo.state_dir) == before + 1
         assert repo.state().keys["phase"].value == "apply"
         assert repo.state().keys["ticket_id"].value == "T1"
@@ -192,11 +192,11 @@ def test_observations_own_the_transitions(agent_dir: Path, clock: Clock) -> None
         assert message.startswith("observation get_ticket:")
         assert "Gitstate-Observation: get_ticket" in message
         with pytest.raises(InvalidInput) as err:
-            repo.apply_observation("teleport", {})
+            repo.observations.apply("teleport", {})
         assert err.value.rule == "observation.unknown"
-        repo.register_observation("bad", lambda s, p: {"ticket_id": 12})
+        repo.observations.register("bad", lambda s, p: {"ticket_id": 12})
         with pytest.raises(InvalidInput):
-            repo.apply_observation("bad", {})
+            repo.observations.apply("bad", {})
         assert all(c.ok for c in integrity.verify(repo))
 
 
@@ -231,7 +231,7 @@ def test_refund_gateway_example(tmp_path: Path) -> None:
         assert state.keys["ticket_id"].value == "T1"
         assert state.keys["facts"].value == {"window_ok": True, "customer_verified": True,
                                              "max_refund": 200}
-        [record] = repo.approvals()
+        [record] = repo.approvals.list()
         assert record["status"] == "consumed" and record["decided_by"] == "human"
         assert not repo.can_run("refund", {"ticket": "T1", "amount": 120})
         assert all(c.ok for c in integrity.verify(repo))
@@ -269,8 +269,8 @@ def test_reverting_an_observation_and_a_schema_change(agent_dir: Path, clock: Cl
     """An observation's multi-key commit reverts as one commit; a schema change says how."""
     with _typed(agent_dir, clock, REFUND) as repo:
         gather = repo.set("phase", "gather", "a run starts in gather").commit
-        repo.register_observation("ready", lambda s, p: {"ticket_id": "T9", "phase": "apply"})
-        observed = repo.apply_observation("ready", {})
+        repo.observations.register("ready", lambda s, p: {"ticket_id": "T9", "phase": "apply"})
+        observed = repo.observations.apply("ready", {})
         repo.revert(observed.commit, "the ticket was not ready after all")
         state = repo.state()
         assert "ticket_id" not in state.keys and state.keys["phase"].value == "gather"

@@ -201,7 +201,7 @@ def test_pull_refuses(world: tuple[Path, Path, Forge], tmp_path: Path, name: str
     with StateRepo(b) as repo:
         head = repo.head()
         with pytest.raises(GitStateError) as err:
-            repo.pull()
+            repo.remote.pull()
         if name in STOPPED_ON_THE_WIRE:
             assert err.value.rule == STOPPED_ON_THE_WIRE[name], err.value.message
         else:
@@ -252,7 +252,7 @@ def test_a_good_push_passes_the_hook(world: tuple[Path, Path, Forge], guarded: P
         repo.store.set_remote_url(str(guarded))
         repo.store.move_ref("refs/remotes/origin/main", None, repo.store.parents(
             repo.store.parents(repo.head())[0])[0])
-        assert repo.push().pushed == 2
+        assert repo.remote.push().pushed == 2
 
 
 def test_clone_refuses_and_writes_nothing(world: tuple[Path, Path, Forge],
@@ -303,7 +303,7 @@ def test_push_does_not_build_on_a_hostile_remote(world: tuple[Path, Path, Forge]
         head = repo.head()
         forge.commit(_set("STOP_LOSS.2317", 100))
         with pytest.raises(Refused) as err:
-            repo.push()
+            repo.remote.push()
         assert err.value.details["problems"][0]["rule"] == "key.case"
         assert repo.head() == head
 
@@ -359,8 +359,8 @@ def test_git_processes_never_run_repository_config(world: tuple[Path, Path, Forg
         assert checks["git-fsck"].ok
         run_gc(repo.reader)
         repo.set("position_cap", 3, "size down")
-        assert repo.push().pushed == 1
-        repo.pull()
+        assert repo.remote.push().pushed == 1
+        repo.remote.pull()
     with StateRepo(tmp_path / "a") as a:
         a.pull()
     StateRepo.clone(str(bare), tmp_path / "c").close()
@@ -377,6 +377,6 @@ def test_a_killed_fetch_leaves_nothing_used(world: tuple[Path, Path, Forge]) -> 
     (left / "objects").mkdir(parents=True)
     (left / "objects" / "junk").write_text("x")
     with StateRepo(b) as repo:
-        assert repo.pull().action == "fast-forward"
+        assert repo.remote.pull().action == "fast-forward"
         assert all(c.ok for c in integrity.verify(repo))
     assert not left.exists()

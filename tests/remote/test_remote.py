@@ -82,7 +82,7 @@ def _publish(tmp_path: Path, url: str, name: str = "a") -> StateRepo:
     repo = StateRepo.init(tmp_path / name)
     repo.set("stop_loss.2317", 262, "跌破即出場")
     repo.store.set_remote_url(url)
-    assert repo.push().action == "push"
+    assert repo.remote.push().action == "push"
     return repo
 
 
@@ -95,9 +95,9 @@ def test_init_remote_push_clone(tmp_path: Path, server: str,
     b = StateRepo.clone(url, tmp_path / "b")
     assert b.head() == a.head() and b.state() == a.state()
     assert all(c.ok for c in integrity.verify(b))
-    assert a.sync_status().ahead == 0
+    assert a.remote.status().ahead == 0
     a.set("stop_loss.2317", 257, "review", expected=262)
-    assert a.sync_status().ahead == 1  # queued locally
+    assert a.remote.status().ahead == 1  # queued locally
     a.push()
     assert b.pull().action == "fast-forward" and b.state().keys["stop_loss.2317"].value == 257
     assert all(c.ok for c in integrity.verify(b))
@@ -200,7 +200,7 @@ def test_remote_first_race_exactly_one_wins(tmp_path: Path, daemon: str) -> None
         assert outcome[loser] == f"{winners[0]} round {n}"  # refused with the winner's value
         wins[winners[0]] += 1
         for repo in repos:  # both start the next race from the same remote head
-            repo.pull()
+            repo.remote.pull()
     print(f"\nremote-first races: {races}, wins {wins}")
     for repo in repos:
         failed = [c for c in integrity.verify(repo) if not c.ok]
@@ -213,7 +213,7 @@ def test_remote_first_offline_is_refused_local_first_queues(tmp_path: Path) -> N
     repo = StateRepo.init(tmp_path / "a")
     repo.store.set_remote_url(f"git://127.0.0.1:{free_port()}/nothing.git")
     repo.set("k", 1, "local-first: committed, queued")
-    assert repo.sync_status().ahead == 2
+    assert repo.remote.status().ahead == 2
     repo.close()
     (tmp_path / "a" / "config.toml").write_text('[gitstate]\nsync = "remote-first"\n')
     with StateRepo(tmp_path / "a") as rf, pytest.raises(StoreError) as err:
@@ -238,7 +238,7 @@ def test_server_killed_mid_push_loses_nothing(tmp_path: Path) -> None:
     with pytest.raises(StoreError):
         a.push()
     dying.wait(timeout=10)
-    assert a.sync_status().ahead == 50 and a.state().keys["k9"].value == 49
+    assert a.remote.status().ahead == 50 and a.state().keys["k9"].value == 49
     good, url = _http(root)
     try:
         a.store.set_remote_url(url)
@@ -410,7 +410,7 @@ def test_https_trusts_only_a_configured_certificate(tmp_path: Path,
         a.push()
     assert err.value.rule == "remote.unreachable"
     assert "certificate" in err.value.message.lower(), err.value.message
-    assert a.sync_status().ahead == 2  # nothing lost: init and the set wait to be pushed
+    assert a.remote.status().ahead == 2  # nothing lost: init and the set wait to be pushed
 
     assert git(a.state_dir, "config", "http.sslCAInfo", str(cert)).returncode == 0
     assert a.push().action == "push"

@@ -55,7 +55,7 @@ def _origin(tmp_path: Path) -> tuple[Path, Path]:
     with StateRepo.init(a) as repo:
         repo.set("k", 1, "first")
         repo.store.set_remote_url(str(bare))
-        repo.push()
+        repo.remote.push()
     return a, bare
 
 
@@ -66,7 +66,7 @@ def test_a_pull_killed_before_its_checkout_is_finished_not_adopted(tmp_path: Pat
     with StateRepo(a) as repo:
         for i in range(2, 6):
             repo.set("k", i, f"write {i}")
-        repo.push()
+        repo.remote.push()
     _killed(b, "pull.main_moved", "pull")
     store = GitStore(b / "state")
     head = store.head()
@@ -99,9 +99,9 @@ def test_a_push_killed_after_the_remote_moved_recognises_its_commits(tmp_path: P
     _killed(a, "push.remote_moved", "push")
     with StateRepo(a) as repo:
         assert _remote_ref(bare, "main") == repo.head()  # the push got there; the lease did not
-        result = repo.push()
+        result = repo.remote.push()
         assert result.refused == [] and result.kept_on is None
-        assert repo.sync_status().unpushed_refs == []
+        assert repo.remote.status().unpushed_refs == []
         assert repo.store.ref("refs/remotes/origin/main") == repo.head()
     _verify_ok(a)
 
@@ -120,9 +120,9 @@ def test_a_push_killed_after_the_remote_moved_rebases_only_the_rest(tmp_path: Pa
         other.push()
     with StateRepo(a) as repo:
         repo.set("k", 3, "three")
-        result = repo.push()
+        result = repo.remote.push()
         assert result.refused == [] and result.rebased == 1, result
-        assert repo.sync_status().unpushed_refs == []
+        assert repo.remote.status().unpushed_refs == []
         assert _remote_ref(bare, "main") == repo.head()
         assert {k: v.value for k, v in repo.state().keys.items()} == {"k": 3, "other": 1}
     _verify_ok(a)
@@ -136,7 +136,7 @@ def test_a_run_push_killed_before_its_tracking_ref_is_resumed(tmp_path: Path) ->
     with StateRepo(a) as repo:
         assert _remote_ref(bare, PREFIX + RUN) == repo.store.ref(PREFIX + RUN)
         repo.runs.event(RUN, {"type": "question_opened", "question": "amount?"}, "ask")
-        result = repo.push()
+        result = repo.remote.push()
         assert result.runs == {"pushed": [RUN], "refused": {}}, result.runs
         assert _remote_ref(bare, PREFIX + RUN) == repo.store.ref(PREFIX + RUN)
     _verify_ok(a)
@@ -147,7 +147,7 @@ def test_a_stale_lock_in_a_path_remote_is_named_with_its_fix(tmp_path: Path, ref
     a, bare = _origin(tmp_path)
     with StateRepo(a) as repo:
         repo.runs.start(RUN, description="refund", criteria=["refund issued"], reason="asked")
-        repo.push()
+        repo.remote.push()
         repo.set("k", 2, "two")
         repo.runs.event(RUN, {"type": "question_opened", "question": "amount?"}, "ask")
     lock = bare / f"{ref}.lock"
@@ -178,7 +178,7 @@ def test_a_lock_held_for_a_moment_is_waited_through(tmp_path: Path) -> None:
     release.start()
     with StateRepo(a) as repo:
         repo.set("k", 2, "two")
-        result = repo.push()
+        result = repo.remote.push()
         release.join()
         assert result.pushed == 1 and _remote_ref(bare, "main") == repo.head()
 
@@ -197,7 +197,7 @@ def test_a_push_killed_mid_rebase_leaves_no_rewrite_behind(tmp_path: Path) -> No
     _killed(a, "push.rebased", "push")
     with StateRepo(a) as repo:
         repo.set("k", 3, "three")  # the next write works
-        result = repo.push()
+        result = repo.remote.push()
         assert result.refused == [] and _remote_ref(bare, "main") == repo.head()
         assert {k: v.value for k, v in repo.state().keys.items()} == {"k": 3, "other": 1}
     _verify_ok(a)

@@ -164,7 +164,7 @@ def test_eval_an_approval_wait_survives_resume_and_is_never_lost(repo: StateRepo
         {"step_id": "pay", "side_effect": True}]}, "plan")
     repo.runs.event(RUN, {"type": "step_started", "step_id": "pay", "description": "pay"},
                     "pay", writer="agent")
-    approval = repo.request_approval("refund", {"order": "O-104"}, "refund O-104")
+    approval = repo.approvals.request("refund", {"order": "O-104"}, "refund O-104")
     repo.close()
     again = StateRepo(repo.agent_dir, writer="runtime", clock=clock)
     assert again.runs.read(RUN).next["action"] == "ask_approval"
@@ -174,7 +174,7 @@ def test_eval_an_approval_wait_survives_resume_and_is_never_lost(repo: StateRepo
                                             "approval_id": approval, "decision": "approved"},
                     "claimed") == "run.approval_mismatch"  # still pending in the key table
     with StateRepo(repo.agent_dir, writer="human", clock=clock) as human:
-        human.deny(approval, "amount looks wrong")
+        human.approvals.deny(approval, "amount looks wrong")
     denied = again.runs.event(RUN, {"type": "approval_recorded", "approval_id": approval,
                                     "decision": "denied"}, "denied")
     assert denied.goal["status"] == "blocked" and denied.next["action"] == "escalate"
@@ -188,7 +188,7 @@ def test_an_expired_approval_asks_again(repo: StateRepo, clock: Clock) -> None:
     _start(repo)
     repo.runs.event(RUN, {"type": "step_started", "step_id": "pay", "description": "pay",
                           "side_effect": True}, "pay", writer="agent")
-    approval = repo.request_approval("refund", {"order": "O-104"}, "refund O-104")
+    approval = repo.approvals.request("refund", {"order": "O-104"}, "refund O-104")
     clock.advance(hours=2)
     view = repo.runs.event(RUN, {"type": "approval_recorded", "approval_id": approval,
                                  "decision": "expired"}, "nobody decided in time")
@@ -256,7 +256,7 @@ def test_eval_nothing_is_promoted_without_policy(repo: StateRepo) -> None:
                         evidence="refund:R-9") == "run.not_promotable"
     assert repo.head() == head  # none of those wrote
     assert "refund.O-104" not in repo.state().keys  # and nothing happened by itself
-    done = repo.promote(RUN, "refund.O-104", "refunded", "O-104 refunded",
+    done = repo.runs.promote(RUN, "refund.O-104", "refunded", "O-104 refunded",
                         evidence="refund:R-9")
     assert repo.state().keys["refund.O-104"].value == "refunded"
     if GIT is not None:

@@ -96,7 +96,7 @@ def test_a_new_process_resumes_the_run(repo: StateRepo) -> None:
     """Pending approvals, questions and budgets live in the ref: another process goes on
     (and records the key table's decision, which a run cannot make up)."""
     repo.set_schema(APPROVALS, "refunds need a human")
-    approval = repo.request_approval("refund", {"order": "O-104", "cents": 12000},
+    approval = repo.approvals.request("refund", {"order": "O-104", "cents": 12000},
                                      "refund O-104")
     _start(repo)
     repo.runs.event("refund-O-104", {"type": "step_started", "step_id": "pay",
@@ -110,7 +110,7 @@ def test_a_new_process_resumes_the_run(repo: StateRepo) -> None:
             "e = {'type': 'approval_recorded', 'approval_id': a, 'decision': 'approved'}\n"
             "try:\n    r.runs.event('refund-O-104', e, 'approved by phone')\n"
             "except Exception as exc:\n    assert exc.rule == 'run.approval_mismatch', exc\n"
-            "r.approve(a, 'checked the order')\n"
+            "r.approvals.approve(a, 'checked the order')\n"
             "v = r.runs.event('refund-O-104', e, 'approved by phone')\n"
             "print(json.dumps(v.to_dict()))\n")
     out = subprocess.run([sys.executable, "-c", code, str(repo.agent_dir), approval],

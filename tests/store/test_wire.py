@@ -147,13 +147,13 @@ def test_a_packed_refs_oddity_is_a_named_refusal(world: tuple[Path, Path],
     (bare / "packed-refs").write_text(line)
     before = Snapshot(b)
     with StateRepo(b) as repo, pytest.raises(StoreError) as err:
-        repo.pull()
+        repo.remote.pull()
     assert err.value.rule in ("remote.ref_name", "remote.unreachable", "remote.hung_up")
     before.unchanged()
     (bare / "packed-refs").unlink()
     (b / "state" / ".git" / "packed-refs").write_text(line)
     with StateRepo(b) as repo, pytest.raises(StoreError) as err:
-        repo.pull()
+        repo.remote.pull()
     assert err.value.rule == "store.bad_ref"
 
 
@@ -265,7 +265,7 @@ rule = None
 with StateRepo(sys.argv[1]) as repo:
     repo.store.set_remote_url(sys.argv[2])
     try:
-        repo.pull()
+        repo.remote.pull()
     except GitStateError as exc:
         rule = exc.rule
 print(json.dumps({"rule": rule, "seconds": time.monotonic() - started,
@@ -440,7 +440,7 @@ def test_pull_refuses_what_git_fsck_would(world: tuple[Path, Path], transport: s
     with served(transport, bare) as url, StateRepo(b) as repo:
         repo.store.set_remote_url(url)
         with pytest.raises(GitStateError) as err:
-            repo.pull()
+            repo.remote.pull()
         repo.store.set_remote_url(str(bare))
     assert _rule_of(err.value) == rule, err.value.message
     assert "stop_loss.2317 = 262" in section(b)[0]
@@ -572,7 +572,7 @@ def test_the_real_hook_guards_a_path_remote(world: tuple[Path, Path], guarded: P
     with StateRepo(b) as repo:
         repo.store.set_remote_url(str(guarded))
         repo.set("position_cap", 3, "size down")
-        assert repo.push().pushed == 1
+        assert repo.remote.push().pushed == 1
     assert _git(guarded, "rev-parse", "main") == _git(b / "state", "rev-parse", "main")
     hook.write_text("#!/bin/sh\n" + text.split("\n", 1)[1].replace(
         "exit $status", 'echo "gitstate: [test.closed] refused after the checks" >&2\nexit 1'))
@@ -624,7 +624,7 @@ def test_pull_refuses_a_rewritten_or_forged_journal(world: tuple[Path, Path], tr
 
     bare, b = world
     with StateRepo(b) as repo:
-        repo.pull()  # B holds A's journal
+        repo.remote.pull()  # B holds A's journal
     [(name, _held)] = [line.split() for line in _git(
         bare, "for-each-ref", "--format=%(refname) %(objectname)",
         "refs/gitstate/refusals/").splitlines()]

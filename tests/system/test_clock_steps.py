@@ -85,7 +85,7 @@ def agent(tmp_path: Path) -> Path:
 def test_one_write_two_days_ahead_dates_nothing_ahead(agent: Path) -> None:
     now = time.time()
     with StateRepo(agent) as repo:
-        approval = repo.request_approval("refund", {"order": 1}, "the customer asked")
+        approval = repo.approvals.request("refund", {"order": 1}, "the customer asked")
     ahead = _cli(agent, "+2d", "set", "note", "written ahead", "--reason", "a clock ahead")
     assert ahead.returncode == 0, ahead.stderr
     [dated] = _times(agent, "main")[:1]
@@ -93,18 +93,18 @@ def test_one_write_two_days_ahead_dates_nothing_ahead(agent: Path) -> None:
     [wall] = _log(agent, "main", "%(trailers:key=Gitstate-Clock,valueonly)")[:1]
     assert datetime.fromisoformat(wall).timestamp() - now > 47 * 3600  # the raw reading
     with StateRepo(agent) as repo:  # a minute later by the real clock: nothing expired
-        assert repo.approval_verdict("refund", {"order": 1}).reason == \
+        assert repo.approvals.verdict("refund", {"order": 1}).reason == \
             f"approval {approval} is pending (waiting for a decision)"
-        repo.approve(approval, "within policy")
+        repo.approvals.approve(approval, "within policy")
         assert repo.can_run("refund", {"order": 1})
-        with repo.spend_approval(approval, "refund", {"order": 1}) as call:
+        with repo.approvals.spend(approval, "refund", {"order": 1}) as call:
             assert call.approval_id == approval
         ttl = repo.set("hold", "an hour", "held for an hour", ttl_hours=1)
         assert ttl.new is not None and ttl.new.expires_at is not None
         expires = datetime.fromisoformat(ttl.new.expires_at).timestamp()
         assert abs(expires - (now + 3600)) < 120  # an hour from now, not 2 days and 1 hour
-        second = repo.request_approval("refund", {"order": 2}, "asked again")
-        repo.approve(second, "ok")
+        second = repo.approvals.request("refund", {"order": 2}, "asked again")
+        repo.approvals.approve(second, "ok")
     # a process whose clock runs ahead, or behind, renders the same section and gives the
     # same verdict: the key and the approval are live for everyone
     for offset in ("+2h", "-2h", None):
@@ -113,7 +113,7 @@ def test_one_write_two_days_ahead_dates_nothing_ahead(agent: Path) -> None:
         assert "hold" in hook.stdout and "an hour" in hook.stdout, (offset, hook.stdout)
         verdict = _py(agent, offset, "print(repo.can_run('refund', {'order': 2}))")
         assert verdict.stdout.strip() == "True", (offset, verdict.stderr)
-    spent = _py(agent, "+3h", f"with repo.spend_approval({second!r}, 'refund', "
+    spent = _py(agent, "+3h", f"with repo.approvals.spend({second!r}, 'refund', "
                 "{'order': 2}):\n    print('spent')\n")
     assert spent.stdout.strip() == "spent", spent.stderr
     # a step back: the commit is dated at its parent's time, the raw reading kept beside
@@ -153,7 +153,7 @@ def test_a_run_deadline_is_judged_at_the_anchored_time(agent: Path) -> None:
     subprocess.run([GIT, "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
     with StateRepo(agent) as repo:
         repo.store.set_remote_url(str(bare))
-        pushed = repo.push()
+        pushed = repo.remote.push()
     trust_remote(agent.parent / "clone")
     with StateRepo.clone(str(bare), agent.parent / "clone") as clone:
         pulled = clone.pull()

@@ -49,7 +49,7 @@ def _interrupted(tmp_path: Path) -> tuple[Path, Path]:
         out = build(saver).invoke({"order": "O-104", "log": []}, CONF)
         assert "__interrupt__" in out
         saver.repo.store.set_remote_url(str(bare))
-        saver.repo.push()
+        saver.repo.remote.push()
         pushed = saver.push([THREAD])
         assert pushed["pushed"] == [THREAD] and pushed["pending"] == []
     return bare, a
@@ -60,15 +60,15 @@ def test_a_thread_interrupted_in_one_clone_resumes_in_another(tmp_path: Path) ->
     b = tmp_path / "b"
     StateRepo.clone(str(bare), b, ).close()
     with StateRepo(b) as repo:
-        assert repo.pull_threads([THREAD])["pulled"] == [THREAD]
-        assert repo.pull_threads([THREAD])["pulled"] == []  # nothing new
+        assert repo.remote.pull_threads([THREAD])["pulled"] == [THREAD]
+        assert repo.remote.pull_threads([THREAD])["pulled"] == []  # nothing new
     with GitCheckpointSaver(b) as saver:
         out = build(saver).invoke(Command(resume="approve"), CONF)
         assert out["log"] == ["looked up", "human: approve", "paid"]
-        saver.repo.push()
+        saver.repo.remote.push()
         assert saver.push([THREAD])["pushed"] == [THREAD]
     with StateRepo(a) as repo:  # and back: A sees the thread finished on B
-        assert repo.pull_threads(True)["pulled"] == [THREAD]
+        assert repo.remote.pull_threads(True)["pulled"] == [THREAD]
     with GitCheckpointSaver(a) as saver:
         latest = saver.get_tuple(CONF)
         assert latest is not None
@@ -296,7 +296,7 @@ def test_a_forged_thread_commit_is_refused_on_pull_and_by_the_hook(
     assert sent.returncode == 0, sent.stderr  # the honest thread passes the hook
     forged = _forge(bare, forgery)
     with StateRepo(b) as repo, pytest.raises(Refused) as refused:
-        repo.pull_threads([THREAD])
+        repo.remote.pull_threads([THREAD])
     assert refused.value.rule == "remote.thread_invalid"
     assert rule in refused.value.message and forged[:12] in refused.value.message
     assert git(b / "state", "for-each-ref", "refs/gitstate/threads/").stdout == ""
@@ -314,7 +314,7 @@ def test_a_commit_made_elsewhere_as_the_saver_makes_it_is_taken(tmp_path: Path) 
     StateRepo.clone(str(bare), b).close()
     made = _forge(bare, _honest)
     with StateRepo(b) as repo:
-        assert repo.pull_threads([THREAD])["pulled"] == [THREAD]
+        assert repo.remote.pull_threads([THREAD])["pulled"] == [THREAD]
     assert git(b / "state", "rev-parse", REF).stdout.strip() == made
 
 
@@ -361,7 +361,7 @@ def test_a_thread_id_in_a_ref_name_is_checked_as_the_saver_checks_one(
     assert pushed.returncode != 0 and rule in pushed.stderr, pushed.stderr
     git(bare, "update-ref", odd, head)
     with StateRepo(b) as repo, pytest.raises(Refused) as refused:
-        repo.pull_threads(True)
+        repo.remote.pull_threads(True)
     assert refused.value.rule == "remote.thread_invalid" and rule in refused.value.message
     assert git(b / "state", "for-each-ref", "refs/gitstate/threads/").stdout == ""
     hook = "".join(line for line in pushed.stderr.splitlines(True)
@@ -450,7 +450,7 @@ def test_a_thread_arriving_under_a_look_alike_id_is_refused(tmp_path: Path,
     b = tmp_path / "b"
     StateRepo.clone(str(bare), b).close()
     with StateRepo(b) as repo:
-        assert repo.pull_threads([THREAD])["pulled"] == [THREAD]
+        assert repo.remote.pull_threads([THREAD])["pulled"] == [THREAD]
     guarded = tmp_path / "srv" / "guarded.git"
     subprocess.run([GIT or "git", "init", "-q", "--bare", str(guarded)], check=True)
     install_pre_receive(guarded, tmp_path)
@@ -467,7 +467,7 @@ def test_a_thread_arriving_under_a_look_alike_id_is_refused(tmp_path: Path,
     assert git(guarded, "for-each-ref", "--format=%(refname)").stdout.split() == [REF]
     git(bare, "update-ref", odd, head)
     with StateRepo(b) as repo, pytest.raises(Refused) as refused:
-        repo.pull_threads(True)
+        repo.remote.pull_threads(True)
     assert refused.value.rule == "remote.thread_invalid"
     assert "thread.confusable" in refused.value.message
     assert git(b / "state", "for-each-ref", "--format=%(refname)",
