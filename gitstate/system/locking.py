@@ -30,7 +30,8 @@ def _open(path: Path) -> int:
     return safefile.open_lock(path)
 
 
-def _take_now(fd: int) -> bool:
+def take_now(fd: int) -> bool:
+    """An exclusive flock on ``fd`` if it is free right now; whether it was taken."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -88,7 +89,7 @@ def exclusive(path: Path, timeout: float = 60.0) -> Iterator[int]:
     """Hold the lock at ``path``; LockTimeout when another holder keeps it ``timeout`` s.
     Yields the locked descriptor (the holder may keep a marker in the file's bytes)."""
     fd = _open(path)
-    if not _take_now(fd):  # contended: wait in the kernel, not in a sleep loop
+    if not take_now(fd):  # contended: wait in the kernel, not in a sleep loop
         os.close(fd)
         waited = _Waiter(path).wait(timeout)
         if waited is None:
@@ -110,7 +111,7 @@ def attempt(path: Path) -> Iterator[bool]:
         yield False
         return
     try:
-        yield _take_now(fd)
+        yield take_now(fd)
     finally:
         os.close(fd)
 
@@ -137,6 +138,6 @@ def attempt_directory(path: Path) -> Iterator[bool]:
         yield False
         return
     try:
-        yield _take_now(fd)
+        yield take_now(fd)
     finally:
         os.close(fd)

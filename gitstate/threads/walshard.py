@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import fcntl
 import json
 import os
 import struct
+import threading
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -69,6 +71,8 @@ class Shard:
         self.tail = 0
         self.pending: list[tuple[str, Write]] = []
         self.commits: list[Logged] = []
+        self._turn = threading.Lock()
+        self._pid = os.getpid()
 
     def close(self) -> None:
         for i, fd in enumerate(self.fds):
@@ -99,11 +103,29 @@ class Shard:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        """The shard's lock, its state read again."""
-        with locking.exclusive(self.paths[0]):
-            self._fd(0, True)
-            self.refresh()
-            yield
+        """The shard's lock, its state read again. The lock is a flock of ``-0.log``: once
+        the shard keeps that file open, an uncontended lock is taken on the kept
+        descriptor (no open and close a put); a contended one, and the first, on a
+        descriptor of its own, waited for as every lock is (locking.exclusive). The kept
+        descriptor's flock is one per open file, so threads of this process take turns on
+        ``_turn`` first, and a forked child leaves what it inherited alone (that flock
+        is the parent's) and opens its own."""
+        if self._pid != os.getpid():  # forked: the parent's turn and open files stay its
+            self._turn, self.fds = threading.Lock(), [None, None]
+            self._pid = os.getpid()
+        with self._turn:
+            fd = self.fds[0]
+            if fd is not None and locking.take_now(fd):
+                try:
+                    self.refresh()
+                    yield
+                finally:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                return
+            with locking.exclusive(self.paths[0]):
+                self._fd(0, True)
+                self.refresh()
+                yield
 
     # -- reading --------------------------------------------------------------------------
 

@@ -184,3 +184,30 @@ def test_a_log_shard_is_a_fixed_pair_of_files(tmp_path: Path) -> None:
         assert not list(saver.store.git_dir.glob("gitstate-thread-*.pending"))
         digest = hashlib.sha256(b"th-7").hexdigest()[:24]
         assert f"gitstate-wal-{lgwal.shard_of(digest)}-0.log" in logs
+
+
+def test_a_forked_child_waits_for_the_shard_lock_its_parent_holds(tmp_path: Path) -> None:
+    """The shard keeps its -0.log open and takes the lock on that descriptor; a child
+    forked while the parent holds it shares that open file, so it must open its own and
+    wait (a real fork, timed through a pipe)."""
+    shard = lgwal.Shard(tmp_path, 0)
+    with shard.locked():
+        pass  # the first lock opened and kept the descriptor
+    assert shard.fds[0] is not None
+    read_end, write_end = os.pipe()
+    with shard.locked():
+        pid = os.fork()
+        if pid == 0:  # the child
+            try:
+                with shard.locked():
+                    os.write(write_end, b"%f" % time.monotonic())
+            finally:
+                os._exit(0)
+        time.sleep(0.5)
+        released = time.monotonic()
+    os.close(write_end)
+    got = os.read(read_end, 64)
+    os.waitpid(pid, 0)
+    assert got and float(got) >= released
+    with shard.locked():  # the parent's own descriptor still takes it
+        pass
