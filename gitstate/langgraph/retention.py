@@ -89,6 +89,7 @@ class ThreadRetention(ThreadReads):
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         src, dst = str(source_thread_id), str(target_thread_id)
+        self._new_thread(dst)  # a refused target id writes nothing, not even src's writes
         self.commit_pending_writes(src)  # (its shard checkpointed too)
         with self.mutex, self._lock(dst):
             self._new_thread(dst)

@@ -75,7 +75,10 @@ def test_one_commit_per_super_step_and_no_writes_ref(tmp_path: Path, durability:
             ref = f"{PREFIX}{enc('t')}/%/checkpoints"
             names = git(saver.repo.state_dir, "ls-tree", "--name-only", ref).stdout.split()
             assert {"checkpoint", "metadata", "channel.log", "channel.count"} <= set(names)
-            if durability != "exit":  # the writes of the last step ride on its checkpoint
+            # the writes of the last step ride on its checkpoint; with durability="async"
+            # LangGraph hands writes and the next checkpoint over from a background task, in
+            # either order, so they may ride on a later commit
+            if durability == "sync":
                 assert "pending-writes" in git(saver.repo.state_dir, "show", "--stat",
                                                f"{ref}~1").stdout
             assert_fsck_clean(saver.repo.state_dir)

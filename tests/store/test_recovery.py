@@ -131,6 +131,9 @@ def test_a_ref_deletion_replaces_its_own_stale_lock_and_never_a_shared_one(
         writer.kill()
         writer.communicate(timeout=30)
     git_dir = agent / "state" / ".git"
+    # a killed writer's last put may be in the write-ahead log only: a saver's open
+    # replays it into git, so that every thread ref is there before it is packed
+    GitCheckpointSaver(agent).close()
     git(agent / "state", "pack-refs", "--all")  # the refs now in packed-refs too
     own = git_dir / "refs/gitstate/threads/t1/%/checkpoints.lock"
     own.parent.mkdir(parents=True, exist_ok=True)

@@ -270,7 +270,8 @@ def _honest(repo: Repo, tree: Tree, message: bytes) -> tuple[Tree, bytes]:
     return _fresh(tree, message)
 
 
-@pytest.mark.parametrize("forgery,rule", [(_rewrite_log, "thread.id_reused"),
+@pytest.mark.parametrize("forgery,rule", [(_rewrite_log,
+                                           "thread.id_reused|thread.rederive"),
                                           (_pickle, "thread.value"),
                                           (_secret, "secret."),
                                           (_stray, "tree.unknown_name"),
@@ -298,13 +299,17 @@ def test_a_forged_thread_commit_is_refused_on_pull_and_by_the_hook(
     with StateRepo(b) as repo, pytest.raises(Refused) as refused:
         repo.remote.pull_threads([THREAD])
     assert refused.value.rule == "remote.thread_invalid"
-    assert rule in refused.value.message and forged[:12] in refused.value.message
+    # (a head of pending writes, when LangGraph handed them over after the checkpoint, is
+    # refused as a pending-writes commit that changes more than its writes)
+    rules = rule.split("|")
+    assert any(r in refused.value.message for r in rules), refused.value.message
+    assert forged[:12] in refused.value.message
     assert git(b / "state", "for-each-ref", "refs/gitstate/threads/").stdout == ""
     assert git(b / "state", "cat-file", "-e", forged).returncode != 0  # nothing taken
     pushed = subprocess.run([GIT or "git", "-C", str(bare), "push", str(guarded),
                              f"{REF}:{REF}"], capture_output=True, text=True, timeout=120,
                             check=False)
-    assert pushed.returncode != 0 and rule in pushed.stderr, pushed.stderr
+    assert pushed.returncode != 0 and any(r in pushed.stderr for r in rules), pushed.stderr
     assert git(guarded, "rev-parse", REF).stdout.strip() == honest
 
 
